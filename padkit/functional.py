@@ -1,0 +1,1224 @@
+"""Functional conv, transposed conv, pooling and pad with every padkit padding form.
+
+Each function takes the arguments of its ``torch.nn.functional`` namesake, and
+``padding=`` accepts every form :class:`padkit.Padding` parses: per-side pairs,
+``"same"`` at any stride (TF/XLA), ``"same_lower"``, ``"same_static"``, ``"causal"``,
+``"full"`` and per-axis mixes. Results equal an explicit ``F.pad`` followed by the
+unpadded op, to float rounding.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from .spec import (
+    Padding,
+    PaddingError,
+    PaddingLike,
+    _tuple_of,
+    conv_transpose_output_size,
+    pool_output_size,
+)
+
+__all__ = [
+    "PADDING_MODES",
+    "avg_pool1d",
+    "avg_pool2d",
+    "avg_pool3d",
+    "conv1d",
+    "conv2d",
+    "conv3d",
+    "conv_transpose1d",
+    "conv_transpose2d",
+    "conv_transpose3d",
+    "lp_pool1d",
+    "lp_pool2d",
+    "lp_pool3d",
+    "max_pool1d",
+    "max_pool2d",
+    "max_pool3d",
+    "pad",
+]
+
+#: Conv ``padding_mode`` values, as torch names them.
+PADDING_MODES: tuple[str, ...] = ("zeros", "reflect", "replicate", "circular")
+#: ``pad`` modes: torch names first, then the ONNX/numpy aliases.
+PAD_MODES: tuple[str, ...] = (
+    "constant",
+    "reflect",
+    "replicate",
+    "circular",
+    "zeros",
+    "edge",
+    "wrap",
+)
+_PAD_MODE_CANON = {
+    "constant": "constant",
+    "zeros": "constant",
+    "reflect": "reflect",
+    "replicate": "replicate",
+    "edge": "replicate",
+    "circular": "circular",
+    "wrap": "circular",
+}
+
+Pairs = tuple[tuple[int, int], ...]
+
+
+# ----------------------------------------------------------------------------- validation
+
+
+def check_padding_mode(padding_mode: Any, *, name: str = "padding_mode") -> str:
+    """Validate a conv ``padding_mode``; returns it."""
+    if not isinstance(padding_mode, str) or padding_mode not in PADDING_MODES:
+        raise PaddingError(f"{name} must be one of {PADDING_MODES}, got {padding_mode!r}")
+    return padding_mode
+
+
+def _pad_mode(mode: Any) -> str:
+    if not isinstance(mode, str) or mode.lower() not in _PAD_MODE_CANON:
+        raise PaddingError(f"mode must be one of {PAD_MODES}, got {mode!r}")
+    return _PAD_MODE_CANON[mode.lower()]
+
+
+def _check_input(fname: str, input: Any, nd: int) -> tuple[Tensor, bool]:
+    """Returns a batched view of ``input`` and whether the input was unbatched."""
+    if not isinstance(input, Tensor):
+        raise TypeError(f"{fname}(): input must be a Tensor, got {type(input).__name__}")
+    if input.dim() not in (nd + 1, nd + 2):
+        raise PaddingError(
+            f"{fname}(): expected a {nd + 1}-D (unbatched) or {nd + 2}-D (batched) input, got "
+            f"a {input.dim()}-D input of shape {tuple(input.shape)}"
+        )
+    if input.dim() == nd + 1:
+        return input.unsqueeze(0), True
+    return input, False
+
+
+def _check_spatial(fname: str, x: Tensor, nd: int) -> tuple[int, ...]:
+    sizes = tuple(int(v) for v in x.shape[2:])
+    for i, n in enumerate(sizes):
+        if n == 0:
+            raise PaddingError(
+                f"{fname}(): input has size 0 along spatial axis {i} (shape "
+                f"{tuple(x.shape)}); every spatial axis needs at least one element"
+            )
+    return sizes
+
+
+def _check_fits(fname: str, sizes: Sequence[int], pairs: Pairs, k_eff: Sequence[int]) -> None:
+    for i, (n, (lo, hi), ke) in enumerate(zip(sizes, pairs, k_eff)):
+        if n + lo + hi < ke:
+            raise PaddingError(
+                f"{fname}(): along spatial axis {i} the padded input ({n} + {lo} + {hi} = "
+                f"{n + lo + hi}) is smaller than the effective kernel ({ke})"
+            )
+
+
+def _parse(padding: PaddingLike, nd: int, fname: str, *, negative: bool = False) -> Padding:
+    try:
+        return Padding.parse(padding, nd, allow_negative=negative)
+    except (PaddingError, TypeError) as err:
+        raise type(err)(f"{fname}(): {err}") from None
+
+
+# ----------------------------------------------------------------------------- resolution
+
+
+@functools.lru_cache(maxsize=8192)
+def _resolve_cached(
+    spec: Padding,
+    k: tuple[int, ...],
+    s: tuple[int, ...],
+    d: tuple[int, ...],
+    n: tuple[int, ...] | None,
+) -> Pairs:
+    return spec.resolve(k, s, d, n)
+
+
+def resolve(
+    spec: Padding,
+    k: tuple[int, ...],
+    s: tuple[int, ...],
+    d: tuple[int, ...],
+    n: Sequence[int],
+) -> Pairs:
+    """Resolve ``spec`` for an input of spatial size ``n`` (cached per shape)."""
+    if spec.needs_input_size(s):
+        sizes = tuple(n)
+        if all(isinstance(v, int) for v in sizes):
+            return _resolve_cached(spec, k, s, d, sizes)
+        return spec.resolve(k, s, d, sizes)
+    return _resolve_cached(spec, k, s, d, None)
+
+
+def _k_eff(k: Sequence[int], d: Sequence[int]) -> tuple[int, ...]:
+    return tuple(dd * (kk - 1) + 1 for kk, dd in zip(k, d))
+
+
+def _torch_pad(pairs: Pairs) -> list[int]:
+    return [v for lo_hi in reversed(pairs) for v in lo_hi]
+
+
+# ----------------------------------------------------------------------------- pad
+
+
+def pad(
+    input: Tensor,
+    padding: PaddingLike,
+    mode: str = "constant",
+    value: float | None = None,
+    *,
+    kernel_size: int | Sequence[int] | None = None,
+    stride: int | Sequence[int] = 1,
+    dilation: int | Sequence[int] = 1,
+) -> Tensor:
+    """Pad (or crop, with negative pads) the trailing spatial axes of ``input``.
+
+    ``padding`` is any padkit form, in axis order (``((top, bottom), (left, right))``),
+    never the flat F.pad order. An int or a single string applies to every axis after
+    the first two (batch and channel). Rules (``"same"``, ``"causal"``, ...) need
+    ``kernel_size`` (and ``stride``/``dilation`` where they matter).
+
+    Crops are applied before pads, so ``reflect`` reflects the cropped tensor (the ONNX
+    ``Pad`` semantics). ``mode`` is ``constant`` (alias ``zeros``), ``reflect``,
+    ``replicate`` (alias ``edge``) or ``circular`` (alias ``wrap``).
+
+    Example:
+        >>> x = torch.arange(1.0, 4.0).view(1, 1, 3)
+        >>> pad(x, ((1, 2),), mode="reflect")
+        tensor([[[2., 1., 2., 3., 2., 1.]]])
+        >>> pad(x, ((-1, 1),))
+        tensor([[[2., 3., 0.]]])
+    """
+    if not isinstance(input, Tensor):
+        raise TypeError(f"pad(): input must be a Tensor, got {type(input).__name__}")
+    canon = _pad_mode(mode)
+    spec = (
+        Padding.parse(padding, allow_negative=True) if not isinstance(padding, Padding) else padding
+    )
+    nd = spec.ndim if spec.ndim is not None else input.dim() - 2
+    if nd < 1 or nd > input.dim():
+        raise PaddingError(
+            f"pad(): padding {spec.describe()} needs {max(nd, 1)} trailing axis/axes but the "
+            f"input has shape {tuple(input.shape)}"
+        )
+    spec = _parse(spec, nd, "pad", negative=True)
+    sizes = tuple(int(v) for v in input.shape[input.dim() - nd :])
+    if spec.is_explicit:
+        pairs: Pairs = tuple(a for a in spec.axes if isinstance(a, tuple))
+    else:
+        if kernel_size is None:
+            raise PaddingError(
+                f"pad(): padding {spec.describe()} holds rules; pass kernel_size (and stride, "
+                "dilation where they matter) to resolve them"
+            )
+        pairs = spec.resolve(kernel_size, stride, dilation, sizes, ndim=nd)
+    if value is not None and canon != "constant":
+        raise PaddingError(f"pad(): value= is only used by mode 'constant', got mode={mode!r}")
+    fill = 0.0 if value is None else value
+    return _apply_pad(input, pairs, canon, fill, "pad")
+
+
+def _apply_pad(x: Tensor, pairs: Pairs, mode: str, value: float, fname: str) -> Tensor:
+    nd = len(pairs)
+    first = x.dim() - nd
+    # crops first, as views
+    for i, (lo, hi) in enumerate(pairs):
+        if lo < 0 or hi < 0:
+            n = x.shape[first + i]
+            cut_lo, cut_hi = max(-lo, 0), max(-hi, 0)
+            if cut_lo + cut_hi > n:
+                raise PaddingError(
+                    f"{fname}(): pads {(lo, hi)} on axis {first + i} remove {cut_lo + cut_hi} "
+                    f"elements from a dimension of size {n}"
+                )
+            x = x.narrow(first + i, cut_lo, n - cut_lo - cut_hi)
+    pos: Pairs = tuple((max(lo, 0), max(hi, 0)) for lo, hi in pairs)
+    if all(lo == 0 and hi == 0 for lo, hi in pos):
+        return x
+    for i, (lo, hi) in enumerate(pos):
+        n = x.shape[first + i]
+        if mode == "reflect" and max(lo, hi) >= n:
+            raise PaddingError(
+                f"{fname}(): reflect padding {(lo, hi)} on axis {first + i} needs pads smaller "
+                f"than "
+                f"the input size there ({n})"
+            )
+        if mode == "circular" and max(lo, hi) > n:
+            raise PaddingError(
+                f"{fname}(): circular padding {(lo, hi)} on axis {first + i} needs pads no larger "
+                f"than the input size there ({n})"
+            )
+        if mode != "constant" and n == 0:
+            raise PaddingError(f"{fname}(): {mode} padding of an empty axis {first + i}")
+    if mode == "constant":
+        if not x.dtype.is_floating_point and not x.dtype.is_complex:
+            if x.dtype == torch.bool:
+                if value not in (0, 1, False, True):
+                    raise PaddingError(f"{fname}(): value {value!r} is not a bool")
+            elif not (isinstance(value, int) or float(value).is_integer()):
+                raise PaddingError(
+                    f"{fname}(): value {value!r} is not representable in {x.dtype} (torch would "
+                    "truncate it silently)"
+                )
+        return F.pad(x, _torch_pad(pos), mode="constant", value=value)
+    if x.dtype == torch.bool:
+        raise TypeError(f"{fname}(): {mode} padding does not support bool tensors")
+    # torch's non-constant modes want (batch, channel, *spatial) with <= 3 spatial axes
+    lead = x.shape[:first]
+    if first == 2 and nd <= 3:
+        return F.pad(x, _torch_pad(pos), mode=mode)
+    flat = x.reshape((1, -1, *x.shape[first:])) if nd <= 3 else None
+    if flat is None:
+        raise PaddingError(f"{fname}(): {mode} padding supports at most 3 axes, got {nd}")
+    out = F.pad(flat, _torch_pad(pos), mode=mode)
+    return out.reshape((*lead, *out.shape[2:]))
+
+
+# ----------------------------------------------------------------------------- convolution
+
+
+def _conv(
+    fname: str,
+    nd: int,
+    input: Tensor,
+    weight: Tensor,
+    bias: Tensor | None,
+    stride: Any,
+    padding: PaddingLike,
+    dilation: Any,
+    groups: int,
+    padding_mode: str = "zeros",
+) -> Tensor:
+    x, unbatched = _check_input(fname, input, nd)
+    if weight.dim() != nd + 2:
+        raise PaddingError(
+            f"{fname}(): weight must be {nd + 2}-D (out_channels, in_channels/groups, *kernel), "
+            f"got shape {tuple(weight.shape)}"
+        )
+    if x.shape[1] != weight.shape[1] * groups:
+        raise PaddingError(
+            f"{fname}(): input has {x.shape[1]} channels but weight {tuple(weight.shape)} with "
+            f"groups={groups} expects {weight.shape[1] * groups}"
+        )
+    spec = _parse(padding, nd, fname)
+    check_padding_mode(padding_mode)
+    k = tuple(int(v) for v in weight.shape[2:])
+    s = _tuple_of(stride, nd, "stride")
+    d = _tuple_of(dilation, nd, "dilation")
+    sizes = _check_spatial(fname, x, nd)
+    pairs = resolve(spec, k, s, d, sizes)
+    _check_fits(fname, sizes, pairs, _k_eff(k, d))
+    out = _conv_pairs(nd, x, weight, bias, s, pairs, d, groups, padding_mode, fname)
+    return out.squeeze(0) if unbatched else out
+
+
+_CONV = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}
+_CONV_T = {1: F.conv_transpose1d, 2: F.conv_transpose2d, 3: F.conv_transpose3d}
+
+
+def _conv_pairs(
+    nd: int,
+    x: Tensor,
+    weight: Tensor,
+    bias: Tensor | None,
+    s: tuple[int, ...],
+    pairs: Pairs,
+    d: tuple[int, ...],
+    groups: int,
+    padding_mode: str,
+    fname: str,
+) -> Tensor:
+    """Run a conv with resolved per-side pads on a batched input."""
+    conv = _CONV[nd]
+    if padding_mode != "zeros":
+        x = _apply_pad(x, pairs, _PAD_MODE_CANON[padding_mode], 0.0, fname)
+        return conv(x, weight, bias, s, 0, d, groups)
+    sym = tuple(min(lo, hi) for lo, hi in pairs)
+    residual: Pairs = tuple((lo - m, hi - m) for (lo, hi), m in zip(pairs, sym))
+    if any(lo or hi for lo, hi in residual):
+        x = F.pad(x, _torch_pad(residual))
+    return conv(x, weight, bias, s, sym, d, groups)
+
+
+def conv1d(
+    input: Tensor,
+    weight: Tensor,
+    bias: Tensor | None = None,
+    stride: int | Sequence[int] = 1,
+    padding: PaddingLike = 0,
+    dilation: int | Sequence[int] = 1,
+    groups: int = 1,
+    padding_mode: str = "zeros",
+) -> Tensor:
+    """``F.conv1d`` with every padkit padding form and ``padding_mode``.
+
+    Example:
+        >>> x = torch.arange(1.0, 9.0).view(1, 1, 8)
+        >>> conv1d(x, torch.ones(1, 1, 3), stride=2, padding="same")   # TF SAME: pads (0, 1)
+        tensor([[[ 6., 12., 18., 15.]]])
+    """
+    return _conv("conv1d", 1, input, weight, bias, stride, padding, dilation, groups, padding_mode)
+
+
+def conv2d(
+    input: Tensor,
+    weight: Tensor,
+    bias: Tensor | None = None,
+    stride: int | Sequence[int] = 1,
+    padding: PaddingLike = 0,
+    dilation: int | Sequence[int] = 1,
+    groups: int = 1,
+    padding_mode: str = "zeros",
+) -> Tensor:
+    """``F.conv2d`` with every padkit padding form and ``padding_mode``.
+
+    Example:
+        >>> x = torch.ones(1, 1, 4, 4)
+        >>> conv2d(x, torch.ones(1, 1, 2, 2), padding=((1, 0), (0, 1))).shape
+        torch.Size([1, 1, 4, 4])
+    """
+    return _conv("conv2d", 2, input, weight, bias, stride, padding, dilation, groups, padding_mode)
+
+
+def conv3d(
+    input: Tensor,
+    weight: Tensor,
+    bias: Tensor | None = None,
+    stride: int | Sequence[int] = 1,
+    padding: PaddingLike = 0,
+    dilation: int | Sequence[int] = 1,
+    groups: int = 1,
+    padding_mode: str = "zeros",
+) -> Tensor:
+    """``F.conv3d`` with every padkit padding form and ``padding_mode``.
+
+    Example:
+        >>> x = torch.ones(1, 1, 5, 4, 4)
+        >>> conv3d(x, torch.ones(1, 1, 3, 3, 3), padding=("causal", "same", "same")).shape
+        torch.Size([1, 1, 5, 4, 4])
+    """
+    return _conv("conv3d", 3, input, weight, bias, stride, padding, dilation, groups, padding_mode)
+
+
+# ----------------------------------------------------------------------------- transposed
+
+
+def transpose_crops(
+    spec: Padding,
+    k: tuple[int, ...],
+    s: tuple[int, ...],
+    d: tuple[int, ...],
+    n: Sequence[int],
+) -> Pairs:
+    """What a transposed conv crops from its full output ``(n-1)*s + k_eff``, per side.
+
+    Explicit pairs crop as given (torch's ``padding=p`` crops ``(p, p)``). ``"same"`` and
+    ``"same_lower"`` crop ``k_eff - s`` (TF ``Conv2DTranspose``; ONNX ``SAME_UPPER`` /
+    ``SAME_LOWER``) so that the output is ``n*s``: the odd pixel is cropped at the end
+    (resp. start), and a negative total (``k_eff < s``) extends the end. Every other rule
+    crops what it would pad in the forward conv, so the layer is that conv's adjoint.
+    """
+    out: list[tuple[int, int]] = []
+    for i, rule in enumerate(spec.axes):
+        ke = d[i] * (k[i] - 1) + 1
+        if rule in ("same", "same_lower"):
+            total = ke - s[i]
+            if total < 0:
+                out.append((0, total))
+            elif rule == "same":
+                out.append((total // 2, total - total // 2))
+            else:
+                out.append((total - total // 2, total // 2))
+        elif isinstance(rule, tuple) and not spec.ceil_mode:
+            out.append(rule)
+        else:
+            one = Padding((rule,), ceil_mode=spec.ceil_mode)
+            out.append(one.resolve(k[i], s[i], d[i], n[i] * s[i])[0])
+    return tuple(out)
+
+
+def _conv_transpose(
+    fname: str,
+    nd: int,
+    input: Tensor,
+    weight: Tensor,
+    bias: Tensor | None,
+    stride: Any,
+    padding: PaddingLike,
+    output_padding: Any,
+    groups: int,
+    dilation: Any,
+    output_size: Sequence[int] | None = None,
+) -> Tensor:
+    x, unbatched = _check_input(fname, input, nd)
+    if weight.dim() != nd + 2:
+        raise PaddingError(
+            f"{fname}(): weight must be {nd + 2}-D (in_channels, out_channels/groups, *kernel), "
+            f"got shape {tuple(weight.shape)}"
+        )
+    if x.shape[1] != weight.shape[0]:
+        raise PaddingError(
+            f"{fname}(): input has {x.shape[1]} channels but weight {tuple(weight.shape)} expects "
+            f"{weight.shape[0]}"
+        )
+    spec = _parse(padding, nd, fname)
+    k = tuple(int(v) for v in weight.shape[2:])
+    s = _tuple_of(stride, nd, "stride")
+    d = _tuple_of(dilation, nd, "dilation")
+    op = _tuple_of(output_padding, nd, "output_padding", minimum=0)
+    check_output_padding(op, s, d)
+    sizes = _check_spatial(fname, x, nd)
+    crops = transpose_crops(spec, k, s, d, sizes)
+    if output_size is not None:
+        op = _output_padding_for(fname, output_size, sizes, k, s, d, crops)
+    out = _conv_transpose_crops(nd, x, weight, bias, s, crops, op, d, groups, fname)
+    return out.squeeze(0) if unbatched else out
+
+
+def check_output_padding(op: Sequence[int], s: Sequence[int], d: Sequence[int]) -> None:
+    """torch's rule: ``output_padding`` < max(stride, dilation) per axis."""
+    for i, (o, ss, dd) in enumerate(zip(op, s, d)):
+        if o >= max(ss, dd):
+            raise PaddingError(
+                f"output_padding[{i}]={o} must be smaller than stride ({ss}) or dilation ({dd}); "
+                f"got output_padding={tuple(op)!r}"
+            )
+
+
+def _output_padding_for(
+    fname: str,
+    output_size: Sequence[int],
+    sizes: Sequence[int],
+    k: Sequence[int],
+    s: Sequence[int],
+    d: Sequence[int],
+    crops: Pairs,
+) -> tuple[int, ...]:
+    want = [int(v) for v in output_size]
+    nd = len(sizes)
+    if len(want) == nd + 2:
+        want = want[2:]
+    elif len(want) == nd + 1:
+        want = want[1:]
+    if len(want) != nd:
+        raise PaddingError(f"{fname}(): output_size must have {nd} entries, got {output_size!r}")
+    ops = []
+    for i in range(nd):
+        base = conv_transpose_output_size(sizes[i], k[i], s[i], d[i], *crops[i])
+        top = base + max(s[i], d[i]) - 1
+        if not base <= want[i] <= top:
+            raise PaddingError(
+                f"{fname}(): output_size[{i}]={want[i]} is not reachable; valid sizes on that axis "
+                f"are {base}..{top}"
+            )
+        ops.append(want[i] - base)
+    return tuple(ops)
+
+
+def _conv_transpose_crops(
+    nd: int,
+    x: Tensor,
+    weight: Tensor,
+    bias: Tensor | None,
+    s: tuple[int, ...],
+    crops: Pairs,
+    op: Sequence[int],
+    d: tuple[int, ...],
+    groups: int,
+    fname: str,
+) -> Tensor:
+    """Full transposed conv output cropped by ``crops`` (end crop reduced by ``op``)."""
+    native_p: list[int] = []
+    native_op: list[int] = []
+    slices: list[tuple[int, int]] = []
+    for i, (lo, hi) in enumerate(crops):
+        end = hi - op[i]  # what to remove at the end; negative extends with zeros (+ bias)
+        if lo < 0:
+            raise PaddingError(f"{fname}(): a transposed conv cannot crop {lo} at the start")
+        p = min(lo, max(end, 0))
+        o = p - end if end < p else 0
+        if o >= max(s[i], d[i]):
+            raise PaddingError(
+                f"{fname}(): extending the output by {o} on axis {i} exceeds what a transposed "
+                f"conv with stride {s[i]} and dilation {d[i]} can produce"
+            )
+        native_p.append(p)
+        native_op.append(o)
+        slices.append((lo - p, max(end - p, 0)))
+    out = _CONV_T[nd](x, weight, bias, s, tuple(native_p), tuple(native_op), groups, d)
+    for i, (a, b) in enumerate(slices):
+        if a or b:
+            length = out.shape[2 + i] - a - b
+            if length <= 0:
+                raise PaddingError(f"{fname}(): the crops {crops[i]} leave no output on axis {i}")
+            out = out.narrow(2 + i, a, length)
+    return out
+
+
+def conv_transpose1d(
+    input: Tensor,
+    weight: Tensor,
+    bias: Tensor | None = None,
+    stride: int | Sequence[int] = 1,
+    padding: PaddingLike = 0,
+    output_padding: int | Sequence[int] = 0,
+    groups: int = 1,
+    dilation: int | Sequence[int] = 1,
+    *,
+    output_size: Sequence[int] | None = None,
+) -> Tensor:
+    """``F.conv_transpose1d`` with per-side crops and TF ``"same"`` (output = input * stride).
+
+    Example:
+        >>> x = torch.tensor([[[1.0, 2.0, 3.0]]])
+        >>> conv_transpose1d(x, torch.ones(1, 1, 3), stride=2, padding="same")   # T11
+        tensor([[[1., 1., 3., 2., 5., 3.]]])
+    """
+    return _conv_transpose(
+        "conv_transpose1d",
+        1,
+        input,
+        weight,
+        bias,
+        stride,
+        padding,
+        output_padding,
+        groups,
+        dilation,
+        output_size,
+    )
+
+
+def conv_transpose2d(
+    input: Tensor,
+    weight: Tensor,
+    bias: Tensor | None = None,
+    stride: int | Sequence[int] = 1,
+    padding: PaddingLike = 0,
+    output_padding: int | Sequence[int] = 0,
+    groups: int = 1,
+    dilation: int | Sequence[int] = 1,
+    *,
+    output_size: Sequence[int] | None = None,
+) -> Tensor:
+    """``F.conv_transpose2d`` with per-side crops and TF ``"same"`` (output = input * stride).
+
+    Example:
+        >>> x = torch.ones(1, 1, 3, 5)
+        >>> conv_transpose2d(x, torch.ones(1, 1, 4, 4), stride=2, padding="same").shape
+        torch.Size([1, 1, 6, 10])
+    """
+    return _conv_transpose(
+        "conv_transpose2d",
+        2,
+        input,
+        weight,
+        bias,
+        stride,
+        padding,
+        output_padding,
+        groups,
+        dilation,
+        output_size,
+    )
+
+
+def conv_transpose3d(
+    input: Tensor,
+    weight: Tensor,
+    bias: Tensor | None = None,
+    stride: int | Sequence[int] = 1,
+    padding: PaddingLike = 0,
+    output_padding: int | Sequence[int] = 0,
+    groups: int = 1,
+    dilation: int | Sequence[int] = 1,
+    *,
+    output_size: Sequence[int] | None = None,
+) -> Tensor:
+    """``F.conv_transpose3d`` with per-side crops and TF ``"same"`` (output = input * stride).
+
+    Example:
+        >>> x = torch.ones(1, 1, 2, 3, 3)
+        >>> conv_transpose3d(x, torch.ones(1, 1, 3, 3, 3), stride=2, padding="same").shape
+        torch.Size([1, 1, 4, 6, 6])
+    """
+    return _conv_transpose(
+        "conv_transpose3d",
+        3,
+        input,
+        weight,
+        bias,
+        stride,
+        padding,
+        output_padding,
+        groups,
+        dilation,
+        output_size,
+    )
+
+
+# ----------------------------------------------------------------------------- pooling helpers
+
+
+def _pool_setup(
+    fname: str,
+    nd: int,
+    input: Tensor,
+    kernel_size: Any,
+    stride: Any,
+    padding: PaddingLike,
+    dilation: Any,
+    ceil_mode: bool,
+) -> tuple[
+    Tensor,
+    bool,
+    tuple[int, ...],
+    tuple[int, ...],
+    tuple[int, ...],
+    Pairs,
+    bool,
+    tuple[int, ...],
+    tuple[int, ...],
+]:
+    x, unbatched = _check_input(fname, input, nd)
+    k = _tuple_of(kernel_size, nd, "kernel_size")
+    s = (
+        k
+        if stride is None or (isinstance(stride, Sequence) and len(stride) == 0)
+        else (_tuple_of(stride, nd, "stride"))
+    )
+    d = _tuple_of(dilation, nd, "dilation")
+    spec = _parse(padding, nd, fname)
+    sizes = _check_spatial(fname, x, nd)
+    ceil = bool(ceil_mode) or spec.ceil_mode
+    if spec.ceil_mode:
+        # Caffe rounding runs natively: symmetric pads with ceil_mode
+        pairs: Pairs = tuple(a for a in spec.axes if isinstance(a, tuple))
+        if len(pairs) != nd:
+            pairs = resolve(Padding(spec.axes), k, s, d, sizes)
+        for i, (n, (lo, _), kk, ss, dd) in enumerate(zip(sizes, pairs, k, s, d)):
+            if lo == 0 and ss > 1:
+                ke = dd * (kk - 1) + 1
+                last = -(-(n - ke) // ss) * ss
+                if last >= n:
+                    raise PaddingError(
+                        f"{fname}(): Caffe ceil rounding without padding puts the last window on "
+                        f"axis {i} outside the input (Caffe computes -FLT_MAX there); padkit "
+                        "refuses to approximate it"
+                    )
+    else:
+        pairs = resolve(spec, k, s, d, sizes)
+    k_eff = _k_eff(k, d)
+    _check_fits(fname, sizes, pairs, k_eff)
+    outs = tuple(
+        pool_output_size(n, kk, ss, dd, lo, hi, ceil)
+        for n, kk, ss, dd, (lo, hi) in zip(sizes, k, s, d, pairs)
+    )
+    return x, unbatched, k, s, d, pairs, ceil, sizes, outs
+
+
+def _native_pool_ok(k: Sequence[int], pairs: Pairs) -> bool:
+    """torch pools take symmetric pads of at most half the (raw) kernel."""
+    return all(lo == hi and lo <= kk // 2 for (lo, hi), kk in zip(pairs, k))
+
+
+def _explicit_pads(
+    sizes: Sequence[int],
+    k_eff: Sequence[int],
+    s: Sequence[int],
+    pairs: Pairs,
+    outs: Sequence[int],
+) -> Pairs:
+    """Pads that make a floor-mode, unpadded pool produce exactly ``outs`` windows."""
+    full: list[tuple[int, int]] = []
+    for n, ke, ss, (lo, hi), o in zip(sizes, k_eff, s, pairs, outs):
+        # grows hi for the ceil overhang; shrinks it where ceil mode drops windows that
+        # would start in the right padding (possible once pads exceed the kernel)
+        need = (o - 1) * ss + ke - (n + lo + hi)
+        full.append((lo, hi + need))
+    return tuple(full)
+
+
+def _to2d(x: Tensor, nd: int) -> Tensor:
+    return x.unsqueeze(2) if nd == 1 else x
+
+
+def _from2d(x: Tensor, nd: int) -> Tensor:
+    return x.squeeze(2) if nd == 1 else x
+
+
+def _lift(nd: int, values: Sequence[int], fill: int) -> tuple[int, ...]:
+    return (fill, *values) if nd == 1 else tuple(values)
+
+
+_MAX_POOL: dict[int, Any] = {2: F.max_pool2d, 3: F.max_pool3d}
+_AVG_POOL = {2: F.avg_pool2d, 3: F.avg_pool3d}
+
+
+def _lowest(dtype: torch.dtype) -> float:
+    if dtype.is_floating_point:
+        return -math.inf
+    if dtype == torch.bool:
+        raise TypeError("max pooling does not support bool tensors")
+    return float(torch.iinfo(dtype).min)
+
+
+def _window_sum(
+    x: Tensor,
+    nd: int,
+    k: tuple[int, ...],
+    s: tuple[int, ...],
+    d: tuple[int, ...],
+    full: Pairs,
+) -> Tensor:
+    """Sum over every window of ``x`` zero-padded by ``full`` (floor mode)."""
+    xp = F.pad(x, _torch_pad(full)) if any(lo or hi for lo, hi in full) else x
+    if all(dd == 1 for dd in d) and x.dtype.is_floating_point:
+        pool = _AVG_POOL[max(nd, 2)]
+        out = pool(_to2d(xp, nd), _lift(nd, k, 1), _lift(nd, s, 1), 0, False, True, 1)
+        return _from2d(out, nd)
+    win = xp
+    for i in range(nd):
+        ke = d[i] * (k[i] - 1) + 1
+        win = win.unfold(2 + i, ke, s[i])
+    index = tuple([slice(None)] * (2 + nd) + [slice(None, None, dd) for dd in d])
+    acc = None if x.dtype.is_floating_point or x.dtype.is_complex else torch.int64
+    return win[index].sum(dim=tuple(range(-nd, 0)), dtype=acc)
+
+
+def _axis_counts(
+    n: int,
+    k: int,
+    s: int,
+    d: int,
+    lo: int,
+    hi: int,
+    out: int,
+    include_pad: bool,
+) -> list[int]:
+    start, stop = (-lo, n + hi) if include_pad else (0, n)
+    counts = []
+    for o in range(out):
+        first = o * s - lo
+        counts.append(sum(1 for t in range(k) if start <= first + t * d < stop))
+    return counts
+
+
+@functools.lru_cache(maxsize=1024)
+def _divisor(
+    sizes: tuple[int, ...],
+    k: tuple[int, ...],
+    s: tuple[int, ...],
+    d: tuple[int, ...],
+    pairs: Pairs,
+    outs: tuple[int, ...],
+    include_pad: bool,
+) -> tuple[tuple[int, ...], ...]:
+    return tuple(
+        tuple(_axis_counts(n, kk, ss, dd, lo, hi, o, include_pad))
+        for n, kk, ss, dd, (lo, hi), o in zip(sizes, k, s, d, pairs, outs)
+    )
+
+
+def _divisor_tensor(axis_counts: tuple[tuple[int, ...], ...], like: Tensor) -> Tensor:
+    dtype = like.dtype if like.dtype.is_floating_point else torch.int64
+    nd = len(axis_counts)
+    factors = []
+    for i, counts in enumerate(axis_counts):
+        shape = [1] * nd
+        shape[i] = len(counts)
+        factors.append(torch.tensor(counts, dtype=dtype, device=like.device).view(shape))
+    return functools.reduce(torch.mul, factors)
+
+
+# ----------------------------------------------------------------------------- max pool
+
+
+def _max_pool(
+    fname: str,
+    nd: int,
+    input: Tensor,
+    kernel_size: Any,
+    stride: Any,
+    padding: PaddingLike,
+    dilation: Any,
+    ceil_mode: bool,
+    return_indices: bool,
+) -> Any:
+    x, unbatched, k, s, d, pairs, ceil, sizes, outs = _pool_setup(
+        fname, nd, input, kernel_size, stride, padding, dilation, ceil_mode
+    )
+    if x.dtype == torch.bool:
+        raise TypeError(f"{fname}(): max pooling does not support bool tensors")
+    pool = _MAX_POOL[max(nd, 2)]
+    if _native_pool_ok(k, pairs):
+        res = pool(
+            _to2d(x, nd),
+            _lift(nd, k, 1),
+            _lift(nd, s, 1),
+            _lift(nd, [lo for lo, _ in pairs], 0),
+            _lift(nd, d, 1),
+            ceil,
+            return_indices,
+        )
+    else:
+        full = _explicit_pads(sizes, _k_eff(k, d), s, pairs, outs)
+        xp = F.pad(x, _torch_pad(full), value=_lowest(x.dtype))
+        res = pool(
+            _to2d(xp, nd),
+            _lift(nd, k, 1),
+            _lift(nd, s, 1),
+            0,
+            _lift(nd, d, 1),
+            False,
+            return_indices,
+        )
+        if return_indices:
+            res = (res[0], _unpad_indices(res[1], nd, xp.shape[2:], sizes, full))
+    if return_indices:
+        out, idx = _from2d(res[0], nd), _from2d(res[1], nd)
+        return (out.squeeze(0), idx.squeeze(0)) if unbatched else (out, idx)
+    out = _from2d(res, nd)
+    return out.squeeze(0) if unbatched else out
+
+
+def _unpad_indices(
+    idx: Tensor, nd: int, padded: Sequence[int], sizes: Sequence[int], full: Pairs
+) -> Tensor:
+    """Map flat indices into the padded plane back to flat indices into the input plane."""
+    rem = idx
+    coords: list[Tensor] = []
+    for size in reversed(list(padded)):
+        coords.append(torch.remainder(rem, size))
+        rem = torch.div(rem, size, rounding_mode="floor")
+    coords.reverse()
+    flat = torch.zeros_like(idx)
+    for c, n, (lo, _) in zip(coords, sizes, full):
+        flat = flat * n + (c - lo)
+    return flat
+
+
+def max_pool1d(
+    input: Tensor,
+    kernel_size: int | Sequence[int],
+    stride: int | Sequence[int] | None = None,
+    padding: PaddingLike = 0,
+    dilation: int | Sequence[int] = 1,
+    ceil_mode: bool = False,
+    return_indices: bool = False,
+) -> Any:
+    """``F.max_pool1d`` with every padkit padding form; pads never win (−∞).
+
+    Example:
+        >>> x = -torch.arange(1.0, 9.0).view(1, 1, 8)
+        >>> max_pool1d(x, 3, 2, padding="same_lower")   # pads (1, 0)
+        tensor([[[-1., -2., -4., -6.]]])
+    """
+    return _max_pool(
+        "max_pool1d", 1, input, kernel_size, stride, padding, dilation, ceil_mode, return_indices
+    )
+
+
+def max_pool2d(
+    input: Tensor,
+    kernel_size: int | Sequence[int],
+    stride: int | Sequence[int] | None = None,
+    padding: PaddingLike = 0,
+    dilation: int | Sequence[int] = 1,
+    ceil_mode: bool = False,
+    return_indices: bool = False,
+) -> Any:
+    """``F.max_pool2d`` with every padkit padding form; pads never win (−∞).
+
+    Example:
+        >>> max_pool2d(torch.ones(1, 1, 13, 13), 2, 1, padding=((0, 1), (0, 1))).shape
+        torch.Size([1, 1, 13, 13])
+    """
+    return _max_pool(
+        "max_pool2d", 2, input, kernel_size, stride, padding, dilation, ceil_mode, return_indices
+    )
+
+
+def max_pool3d(
+    input: Tensor,
+    kernel_size: int | Sequence[int],
+    stride: int | Sequence[int] | None = None,
+    padding: PaddingLike = 0,
+    dilation: int | Sequence[int] = 1,
+    ceil_mode: bool = False,
+    return_indices: bool = False,
+) -> Any:
+    """``F.max_pool3d`` with every padkit padding form; pads never win (−∞).
+
+    Example:
+        >>> max_pool3d(torch.ones(1, 1, 4, 5, 5), 3, 2, padding="same").shape
+        torch.Size([1, 1, 2, 3, 3])
+    """
+    return _max_pool(
+        "max_pool3d", 3, input, kernel_size, stride, padding, dilation, ceil_mode, return_indices
+    )
+
+
+# ----------------------------------------------------------------------------- avg pool
+
+
+def _avg_pool(
+    fname: str,
+    nd: int,
+    input: Tensor,
+    kernel_size: Any,
+    stride: Any,
+    padding: PaddingLike,
+    ceil_mode: bool,
+    count_include_pad: bool,
+    divisor_override: int | None,
+    dilation: Any,
+) -> Tensor:
+    if divisor_override is not None:
+        divisor_override = _check_divisor(fname, divisor_override)
+    x, unbatched, k, s, d, pairs, ceil, sizes, outs = _pool_setup(
+        fname, nd, input, kernel_size, stride, padding, dilation, ceil_mode
+    )
+    if x.dtype == torch.bool:
+        raise TypeError(f"{fname}(): average pooling does not support bool tensors")
+    native_dtype = x.dtype.is_floating_point or x.dtype == torch.int64
+    if native_dtype and all(dd == 1 for dd in d) and _native_pool_ok(k, pairs):
+        pool = _AVG_POOL[max(nd, 2)]
+        out = _from2d(
+            pool(
+                _to2d(x, nd),
+                _lift(nd, k, 1),
+                _lift(nd, s, 1),
+                _lift(nd, [lo for lo, _ in pairs], 0),
+                ceil,
+                count_include_pad,
+                divisor_override,
+            ),
+            nd,
+        )
+        return out.squeeze(0) if unbatched else out
+    full = _explicit_pads(sizes, _k_eff(k, d), s, pairs, outs)
+    total = _window_sum(x, nd, k, s, d, full)
+    if divisor_override is not None:
+        div: Tensor | int = divisor_override
+    else:
+        counts = _divisor(sizes, k, s, d, pairs, outs, bool(count_include_pad))
+        if any(0 in c for c in counts):
+            axis = next(i for i, c in enumerate(counts) if 0 in c)
+            raise PaddingError(
+                f"{fname}(): a window on spatial axis {axis} holds no input element (pads "
+                f"{pairs[axis]} reach past the kernel); its average excluding padding is "
+                "undefined. Use smaller pads or count_include_pad=True"
+            )
+        div = _divisor_tensor(counts, x)
+    if x.dtype.is_floating_point or x.dtype.is_complex:
+        out = total / div
+    else:
+        out = torch.div(total, div, rounding_mode="trunc").to(x.dtype)
+    return out.squeeze(0) if unbatched else out
+
+
+def _check_divisor(fname: str, value: Any) -> int:
+    from .spec import _as_int
+
+    v = _as_int(value, "divisor_override")
+    if v == 0:
+        raise PaddingError(f"{fname}(): divisor_override must not be zero, got {value!r}")
+    return v
+
+
+def avg_pool1d(
+    input: Tensor,
+    kernel_size: int | Sequence[int],
+    stride: int | Sequence[int] | None = None,
+    padding: PaddingLike = 0,
+    ceil_mode: bool = False,
+    count_include_pad: bool = True,
+    divisor_override: int | None = None,
+    dilation: int | Sequence[int] = 1,
+) -> Tensor:
+    """``F.avg_pool1d`` with every padkit padding form, dilation and ``divisor_override``.
+
+    ``count_include_pad`` counts the declared pads, never the ``ceil_mode`` overhang
+    (torch, ONNX and Caffe agree on that).
+
+    Example:
+        >>> x = torch.arange(1.0, 9.0).view(1, 1, 8)
+        >>> avg_pool1d(x, 3, 2, padding="same", count_include_pad=False)   # TF SAME, T8
+        tensor([[[2.0000, 4.0000, 6.0000, 7.5000]]])
+    """
+    return _avg_pool(
+        "avg_pool1d",
+        1,
+        input,
+        kernel_size,
+        stride,
+        padding,
+        ceil_mode,
+        count_include_pad,
+        divisor_override,
+        dilation,
+    )
+
+
+def avg_pool2d(
+    input: Tensor,
+    kernel_size: int | Sequence[int],
+    stride: int | Sequence[int] | None = None,
+    padding: PaddingLike = 0,
+    ceil_mode: bool = False,
+    count_include_pad: bool = True,
+    divisor_override: int | None = None,
+    dilation: int | Sequence[int] = 1,
+) -> Tensor:
+    """``F.avg_pool2d`` with every padkit padding form, and dilation.
+
+    Example:
+        >>> avg_pool2d(torch.ones(1, 1, 4, 4), 2, 1, padding=((0, 1), (0, 1)),
+        ...            count_include_pad=False).unique()   # T19 done right
+        tensor([1.])
+    """
+    return _avg_pool(
+        "avg_pool2d",
+        2,
+        input,
+        kernel_size,
+        stride,
+        padding,
+        ceil_mode,
+        count_include_pad,
+        divisor_override,
+        dilation,
+    )
+
+
+def avg_pool3d(
+    input: Tensor,
+    kernel_size: int | Sequence[int],
+    stride: int | Sequence[int] | None = None,
+    padding: PaddingLike = 0,
+    ceil_mode: bool = False,
+    count_include_pad: bool = True,
+    divisor_override: int | None = None,
+    dilation: int | Sequence[int] = 1,
+) -> Tensor:
+    """``F.avg_pool3d`` with every padkit padding form, and dilation.
+
+    Example:
+        >>> avg_pool3d(torch.ones(1, 1, 3, 4, 4), 2, 2, padding="same", dilation=2).shape
+        torch.Size([1, 1, 2, 2, 2])
+    """
+    return _avg_pool(
+        "avg_pool3d",
+        3,
+        input,
+        kernel_size,
+        stride,
+        padding,
+        ceil_mode,
+        count_include_pad,
+        divisor_override,
+        dilation,
+    )
+
+
+# ----------------------------------------------------------------------------- LP pool
+
+
+def _lp_pool(
+    fname: str,
+    nd: int,
+    input: Tensor,
+    norm_type: float,
+    kernel_size: Any,
+    stride: Any,
+    ceil_mode: bool,
+    padding: PaddingLike,
+    dilation: Any,
+) -> Tensor:
+    if isinstance(norm_type, bool) or not isinstance(norm_type, (int, float)) or norm_type <= 0:
+        raise PaddingError(f"{fname}(): norm_type must be a positive number, got {norm_type!r}")
+    x, unbatched, k, s, d, pairs, _ceil, sizes, outs = _pool_setup(
+        fname, nd, input, kernel_size, stride, padding, dilation, ceil_mode
+    )
+    if not x.dtype.is_floating_point:
+        raise TypeError(f"{fname}(): LP pooling needs a floating-point input, got {x.dtype}")
+    full = _explicit_pads(sizes, _k_eff(k, d), s, pairs, outs)
+    total = _window_sum(x.pow(norm_type), nd, k, s, d, full)
+    out = total.pow(1.0 / norm_type)
+    return out.squeeze(0) if unbatched else out
+
+
+def lp_pool1d(
+    input: Tensor,
+    norm_type: float,
+    kernel_size: int | Sequence[int],
+    stride: int | Sequence[int] | None = None,
+    ceil_mode: bool = False,
+    *,
+    padding: PaddingLike = 0,
+    dilation: int | Sequence[int] = 1,
+) -> Tensor:
+    """``F.lp_pool1d`` (``(sum x**p)**(1/p)`` per window) with padding and dilation.
+
+    Pads contribute zero. Unlike torch, a ``ceil_mode`` window that hangs past the input
+    sums only what it covers (torch rescales it by ``kernel / covered``).
+
+    Example:
+        >>> lp_pool1d(torch.tensor([[[3.0, 4.0]]]), 2, 2, padding=((1, 1),)).round()
+        tensor([[[3., 4.]]])
+    """
+    return _lp_pool(
+        "lp_pool1d", 1, input, norm_type, kernel_size, stride, ceil_mode, padding, dilation
+    )
+
+
+def lp_pool2d(
+    input: Tensor,
+    norm_type: float,
+    kernel_size: int | Sequence[int],
+    stride: int | Sequence[int] | None = None,
+    ceil_mode: bool = False,
+    *,
+    padding: PaddingLike = 0,
+    dilation: int | Sequence[int] = 1,
+) -> Tensor:
+    """``F.lp_pool2d`` with padding and dilation (see :func:`lp_pool1d`).
+
+    Example:
+        >>> lp_pool2d(torch.ones(1, 1, 4, 4), 2, 3, 1, padding="same").shape
+        torch.Size([1, 1, 4, 4])
+    """
+    return _lp_pool(
+        "lp_pool2d", 2, input, norm_type, kernel_size, stride, ceil_mode, padding, dilation
+    )
+
+
+def lp_pool3d(
+    input: Tensor,
+    norm_type: float,
+    kernel_size: int | Sequence[int],
+    stride: int | Sequence[int] | None = None,
+    ceil_mode: bool = False,
+    *,
+    padding: PaddingLike = 0,
+    dilation: int | Sequence[int] = 1,
+) -> Tensor:
+    """``F.lp_pool3d`` with padding and dilation (see :func:`lp_pool1d`).
+
+    Example:
+        >>> lp_pool3d(torch.ones(1, 1, 4, 4, 4), 1, 2, 2).unique()
+        tensor([8.])
+    """
+    return _lp_pool(
+        "lp_pool3d", 3, input, norm_type, kernel_size, stride, ceil_mode, padding, dilation
+    )
