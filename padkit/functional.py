@@ -75,10 +75,30 @@ Pairs = tuple[tuple[int, int], ...]
 # ----------------------------------------------------------------------------- validation
 
 
-def check_padding_mode(padding_mode: Any, *, name: str = "padding_mode") -> str:
-    """Validate a conv ``padding_mode``; returns it."""
+def check_padding_mode(
+    padding_mode: Any, nd: int | None = None, *, name: str = "padding_mode"
+) -> str | tuple[str, ...]:
+    """Validate a conv ``padding_mode``: one of :data:`PADDING_MODES`, or one per spatial axis
+    (e.g. ``("replicate", "zeros", "zeros")`` to repeat the first frame of a causal video
+    conv while padding space with zeros). Returns it."""
+    if isinstance(padding_mode, (tuple, list)):
+        modes = tuple(padding_mode)
+        if nd is not None and len(modes) != nd:
+            raise PaddingError(
+                f"{name} must be one of {PADDING_MODES} or a tuple of {nd} of them (one per "
+                f"spatial axis), got {padding_mode!r}"
+            )
+        for m in modes:
+            if not isinstance(m, str) or m not in PADDING_MODES:
+                raise PaddingError(
+                    f"{name} entries must be one of {PADDING_MODES}, got {m!r} in {padding_mode!r}"
+                )
+        return modes[0] if len(set(modes)) == 1 and nd is None else modes
     if not isinstance(padding_mode, str) or padding_mode not in PADDING_MODES:
-        raise PaddingError(f"{name} must be one of {PADDING_MODES}, got {padding_mode!r}")
+        raise PaddingError(
+            f"{name} must be one of {PADDING_MODES} (or a tuple of them, one per spatial axis), "
+            f"got {padding_mode!r}"
+        )
     return padding_mode
 
 
@@ -296,7 +316,7 @@ def _conv(
     padding: PaddingLike,
     dilation: Any,
     groups: int,
-    padding_mode: str = "zeros",
+    padding_mode: str | Sequence[str] = "zeros",
 ) -> Tensor:
     x, unbatched = _check_input(fname, input, nd)
     if weight.dim() != nd + 2:
@@ -310,14 +330,17 @@ def _conv(
             f"groups={groups} expects {weight.shape[1] * groups}"
         )
     spec = _parse(padding, nd, fname)
-    check_padding_mode(padding_mode)
+    try:
+        modes = check_padding_mode(padding_mode, nd)
+    except PaddingError as err:
+        raise PaddingError(f"{fname}(): {err}") from None
     k = tuple(int(v) for v in weight.shape[2:])
     s = _tuple_of(stride, nd, "stride")
     d = _tuple_of(dilation, nd, "dilation")
     sizes = _check_spatial(fname, x, nd)
     pairs = resolve(spec, k, s, d, sizes)
     _check_fits(fname, sizes, pairs, _k_eff(k, d))
-    out = _conv_pairs(nd, x, weight, bias, s, pairs, d, groups, padding_mode, fname)
+    out = _conv_pairs(nd, x, weight, bias, s, pairs, d, groups, modes, fname)
     return out.squeeze(0) if unbatched else out
 
 
@@ -334,16 +357,29 @@ def _conv_pairs(
     pairs: Pairs,
     d: tuple[int, ...],
     groups: int,
-    padding_mode: str,
+    padding_mode: str | tuple[str, ...],
     fname: str,
 ) -> Tensor:
-    """Run a conv with resolved per-side pads on a batched input."""
+    """Run a conv with resolved per-side pads on a batched input.
+
+    Axes with a non-zero mode are padded first, one at a time in axis order; zero pads
+    then go to the conv (symmetric part) and one ``F.pad`` (the rest). Zero-padded axes
+    commute with every mode, so the order is only visible between two non-zero modes.
+    """
     conv = _CONV[nd]
-    if padding_mode != "zeros":
-        x = _apply_pad(x, pairs, _PAD_MODE_CANON[padding_mode], 0.0, fname)
-        return conv(x, weight, bias, s, 0, d, groups)
-    sym = tuple(min(lo, hi) for lo, hi in pairs)
-    residual: Pairs = tuple((lo - m, hi - m) for (lo, hi), m in zip(pairs, sym))
+    modes = (padding_mode,) * nd if isinstance(padding_mode, str) else padding_mode
+    zero_pairs = list(pairs)
+    if any(m != "zeros" for m in modes):
+        if len(set(modes)) == 1:
+            x = _apply_pad(x, pairs, _PAD_MODE_CANON[modes[0]], 0.0, fname)
+            return conv(x, weight, bias, s, 0, d, groups)
+        for i, m in enumerate(modes):
+            if m != "zeros" and pairs[i] != (0, 0):
+                one: Pairs = tuple(pairs[i] if j == i else (0, 0) for j in range(nd))
+                x = _apply_pad(x, one, _PAD_MODE_CANON[m], 0.0, fname)
+                zero_pairs[i] = (0, 0)
+    sym = tuple(min(lo, hi) for lo, hi in zero_pairs)
+    residual: Pairs = tuple((lo - m, hi - m) for (lo, hi), m in zip(zero_pairs, sym))
     if any(lo or hi for lo, hi in residual):
         x = F.pad(x, _torch_pad(residual))
     return conv(x, weight, bias, s, sym, d, groups)
@@ -357,7 +393,7 @@ def conv1d(
     padding: PaddingLike = 0,
     dilation: int | Sequence[int] = 1,
     groups: int = 1,
-    padding_mode: str = "zeros",
+    padding_mode: str | Sequence[str] = "zeros",
 ) -> Tensor:
     """``F.conv1d`` with every padkit padding form and ``padding_mode``.
 
@@ -377,7 +413,7 @@ def conv2d(
     padding: PaddingLike = 0,
     dilation: int | Sequence[int] = 1,
     groups: int = 1,
-    padding_mode: str = "zeros",
+    padding_mode: str | Sequence[str] = "zeros",
 ) -> Tensor:
     """``F.conv2d`` with every padkit padding form and ``padding_mode``.
 
@@ -397,7 +433,7 @@ def conv3d(
     padding: PaddingLike = 0,
     dilation: int | Sequence[int] = 1,
     groups: int = 1,
-    padding_mode: str = "zeros",
+    padding_mode: str | Sequence[str] = "zeros",
 ) -> Tensor:
     """``F.conv3d`` with every padkit padding form and ``padding_mode``.
 

@@ -102,13 +102,15 @@ class _PadConv:
     weight: Tensor
     bias: Tensor | None
 
-    def _setup(self, padding: PaddingLike, padding_mode: str) -> None:
+    def _setup(self, padding: PaddingLike, padding_mode: Any) -> str:
+        """Validates the padding; returns the padding_mode to hand to the torch base class."""
         cls = type(self).__name__
         try:
-            PF.check_padding_mode(padding_mode)
+            mode = PF.check_padding_mode(padding_mode, self._nd)
         except PaddingError as err:
             raise PaddingError(f"{cls}: {err}") from None
         self.pad_spec = _spec(padding, self._nd, cls)
+        return mode if isinstance(mode, str) else "zeros"
 
     def _finish(self) -> None:
         k = tuple(self.kernel_size)
@@ -184,14 +186,14 @@ def _conv_init(
     dilation: Any,
     groups: int,
     bias: bool,
-    padding_mode: str,
+    padding_mode: Any,
     device: Any,
     dtype: Any,
 ) -> None:
     cls = type(self).__name__
     self._nd = nd
     _check_sizes(cls, nd, kernel_size, stride, dilation)
-    self._setup(padding, padding_mode)
+    torch_mode = self._setup(padding, padding_mode)
     base.__init__(
         self,
         in_channels,
@@ -202,10 +204,12 @@ def _conv_init(
         dilation,
         groups,
         bias,
-        padding_mode,
+        torch_mode,
         device,
         dtype,
     )
+    if not isinstance(padding_mode, str):
+        self.padding_mode = tuple(padding_mode)
     self._finish()
 
 
@@ -236,7 +240,7 @@ class Conv1d(_ConvMixin, nn.Conv1d):
         dilation: int | Sequence[int] = 1,
         groups: int = 1,
         bias: bool = True,
-        padding_mode: str = "zeros",
+        padding_mode: str | Sequence[str] = "zeros",
         device: Any = None,
         dtype: Any = None,
     ) -> None:
@@ -290,7 +294,7 @@ class Conv2d(_ConvMixin, nn.Conv2d):
         dilation: int | Sequence[int] = 1,
         groups: int = 1,
         bias: bool = True,
-        padding_mode: str = "zeros",
+        padding_mode: str | Sequence[str] = "zeros",
         device: Any = None,
         dtype: Any = None,
     ) -> None:
@@ -338,7 +342,7 @@ class Conv3d(_ConvMixin, nn.Conv3d):
         dilation: int | Sequence[int] = 1,
         groups: int = 1,
         bias: bool = True,
-        padding_mode: str = "zeros",
+        padding_mode: str | Sequence[str] = "zeros",
         device: Any = None,
         dtype: Any = None,
     ) -> None:

@@ -19,7 +19,11 @@ Rules (strings are case-insensitive):
                               end), independent of ``n`` (PyTorch ``'same'``, Flax
                               ``CIRCULAR``/``REFLECT``), allowed with ``s > 1``.
 ``"same_static_lower"``       total ``k_eff - 1``, odd pixel at the start (Flux ``SamePad``).
-``"causal"``                  ``(k_eff - 1, 0)``
+``"causal"``                  ``(k_eff - 1, 0)``: output ``t`` sees inputs up to ``t*s``
+                              (Keras/TF ``causal``, TCNs).
+``"causal_block"``            ``(k_eff - s, 0)``: output ``t`` sees inputs up to ``(t+1)*s - 1``,
+                              the end of its stride block (EnCodec/SEANet streaming
+                              convention); equals ``"causal"`` at stride 1.
 ``"full"``                    ``(k_eff - 1, k_eff - 1)``
 ============================  ==============================================================
 """
@@ -56,6 +60,7 @@ RULES: tuple[str, ...] = (
     "same_static",
     "same_static_lower",
     "causal",
+    "causal_block",
     "full",
 )
 
@@ -421,6 +426,13 @@ class Padding:
             return total - total // 2, total // 2
         if rule == "causal":
             return total, 0
+        if rule == "causal_block":
+            if k_eff < s:
+                raise PaddingError(
+                    f"padding 'causal_block' on axis {axis} needs an effective kernel "
+                    f"(dilation*(kernel-1)+1 = {k_eff}) of at least the stride ({s})"
+                )
+            return k_eff - s, 0
         if rule == "full":
             return total, total
         raise AssertionError(f"unreachable rule {rule!r}")  # pragma: no cover
