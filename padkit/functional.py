@@ -18,6 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from .plan import Plan, plan_conv, plan_pool
 from .spec import (
     Padding,
     PaddingError,
@@ -378,11 +379,45 @@ def _conv_pairs(
                 one: Pairs = tuple(pairs[i] if j == i else (0, 0) for j in range(nd))
                 x = _apply_pad(x, one, _PAD_MODE_CANON[m], 0.0, fname)
                 zero_pairs[i] = (0, 0)
-    sym = tuple(min(lo, hi) for lo, hi in zero_pairs)
-    residual: Pairs = tuple((lo - m, hi - m) for (lo, hi), m in zip(zero_pairs, sym))
-    if any(lo or hi for lo, hi in residual):
-        x = F.pad(x, _torch_pad(residual))
-    return conv(x, weight, bias, s, sym, d, groups)
+    sizes = tuple(int(v) for v in x.shape[2:])
+    plan = plan_conv(
+        tuple(zero_pairs),
+        tuple(int(v) for v in weight.shape[2:]),
+        s,
+        d,
+        sizes,
+        groups=groups,
+        in_channels=int(x.shape[1]),
+    )
+    return run_conv_plan(plan, conv, x, weight, bias, s, d, groups)
+
+
+def run_conv_plan(
+    plan: Plan,
+    conv: Any,
+    x: Tensor,
+    weight: Tensor,
+    bias: Tensor | None,
+    s: tuple[int, ...],
+    d: tuple[int, ...],
+    groups: int,
+) -> Tensor:
+    """Execute a zero-padding conv :class:`~padkit.plan.Plan` on a batched input."""
+    if plan.strategy == "zero_extend":
+        weight = F.pad(weight, _torch_pad(plan.kernel_ext))
+    elif plan.strategy in ("residual_pad", "explicit"):
+        x = F.pad(x, _torch_pad(plan.pre_pad))
+    out: Tensor = conv(x, weight, bias, s, plan.native_padding, d, groups)
+    if plan.strategy == "crop":
+        out = _narrow_out(out, plan)
+    return out
+
+
+def _narrow_out(out: Tensor, plan: Plan) -> Tensor:
+    for i, (start, size) in enumerate(zip(plan.skip, plan.out_size)):
+        if start or out.shape[2 + i] != size:
+            out = out.narrow(2 + i, start, size)
+    return out
 
 
 def conv1d(
@@ -784,12 +819,27 @@ def _explicit_pads(
     return tuple(full)
 
 
+def _pad_windows(x: Tensor, full: Pairs, value: float) -> Tensor:
+    """Pad by ``full``; a negative end pad trims the padded tensor (never more than it has)."""
+    pos: Pairs = tuple((lo, max(hi, 0)) for lo, hi in full)
+    if any(lo or hi for lo, hi in pos):
+        x = F.pad(x, _torch_pad(pos), value=value)
+    for i, (_, hi) in enumerate(full):
+        if hi < 0:
+            x = x.narrow(2 + i, 0, x.shape[2 + i] + hi)
+    return x
+
+
 def _to2d(x: Tensor, nd: int) -> Tensor:
     return x.unsqueeze(2) if nd == 1 else x
 
 
 def _from2d(x: Tensor, nd: int) -> Tensor:
     return x.squeeze(2) if nd == 1 else x
+
+
+def _from2d_narrow(x: Tensor, nd: int, plan: Plan) -> Tensor:
+    return _narrow_out(_from2d(x, nd), plan)
 
 
 def _lift(nd: int, values: Sequence[int], fill: int) -> tuple[int, ...]:
@@ -817,7 +867,7 @@ def _window_sum(
     full: Pairs,
 ) -> Tensor:
     """Sum over every window of ``x`` zero-padded by ``full`` (floor mode)."""
-    xp = F.pad(x, _torch_pad(full)) if any(lo or hi for lo, hi in full) else x
+    xp = _pad_windows(x, full, 0.0)
     if all(dd == 1 for dd in d) and x.dtype.is_floating_point:
         pool = _AVG_POOL[max(nd, 2)]
         out = pool(_to2d(xp, nd), _lift(nd, k, 1), _lift(nd, s, 1), 0, False, True, 1)
@@ -896,19 +946,30 @@ def _max_pool(
     if x.dtype == torch.bool:
         raise TypeError(f"{fname}(): max pooling does not support bool tensors")
     pool = _MAX_POOL[max(nd, 2)]
-    if _native_pool_ok(k, pairs):
+    plan = plan_pool("max_pool", pairs, k, s, d, sizes, ceil_mode=ceil)
+    if plan.strategy != "explicit":
         res = pool(
             _to2d(x, nd),
             _lift(nd, k, 1),
             _lift(nd, s, 1),
-            _lift(nd, [lo for lo, _ in pairs], 0),
+            _lift(nd, plan.native_padding, 0),
             _lift(nd, d, 1),
-            ceil,
+            plan.ceil_mode,
             return_indices,
         )
+        if plan.strategy == "crop":
+            res = (
+                tuple(_from2d_narrow(r, nd, plan) for r in res)
+                if return_indices
+                else _from2d_narrow(res, nd, plan)
+            )
+            nd_done = True
+        else:
+            nd_done = False
     else:
+        nd_done = False
         full = _explicit_pads(sizes, _k_eff(k, d), s, pairs, outs)
-        xp = F.pad(x, _torch_pad(full), value=_lowest(x.dtype))
+        xp = _pad_windows(x, full, _lowest(x.dtype))
         res = pool(
             _to2d(xp, nd),
             _lift(nd, k, 1),
@@ -920,6 +981,10 @@ def _max_pool(
         )
         if return_indices:
             res = (res[0], _unpad_indices(res[1], nd, xp.shape[2:], sizes, full))
+    if nd_done:
+        if return_indices:
+            return (res[0].squeeze(0), res[1].squeeze(0)) if unbatched else res
+        return res.squeeze(0) if unbatched else res
     if return_indices:
         out, idx = _from2d(res[0], nd), _from2d(res[1], nd)
         return (out.squeeze(0), idx.squeeze(0)) if unbatched else (out, idx)
@@ -1027,20 +1092,29 @@ def _avg_pool(
     if x.dtype == torch.bool:
         raise TypeError(f"{fname}(): average pooling does not support bool tensors")
     native_dtype = x.dtype.is_floating_point or x.dtype == torch.int64
-    if native_dtype and all(dd == 1 for dd in d) and _native_pool_ok(k, pairs):
+    plan = plan_pool(
+        "avg_pool",
+        pairs,
+        k,
+        s,
+        d,
+        sizes,
+        ceil_mode=ceil,
+        count_include_pad=bool(count_include_pad),
+        native_dtype=native_dtype,
+    )
+    if plan.strategy != "explicit":
         pool = _AVG_POOL[max(nd, 2)]
-        out = _from2d(
-            pool(
-                _to2d(x, nd),
-                _lift(nd, k, 1),
-                _lift(nd, s, 1),
-                _lift(nd, [lo for lo, _ in pairs], 0),
-                ceil,
-                count_include_pad,
-                divisor_override,
-            ),
-            nd,
+        out = pool(
+            _to2d(x, nd),
+            _lift(nd, k, 1),
+            _lift(nd, s, 1),
+            _lift(nd, plan.native_padding, 0),
+            plan.ceil_mode,
+            count_include_pad,
+            divisor_override,
         )
+        out = _from2d_narrow(out, nd, plan) if plan.strategy == "crop" else _from2d(out, nd)
         return out.squeeze(0) if unbatched else out
     full = _explicit_pads(sizes, _k_eff(k, d), s, pairs, outs)
     total = _window_sum(x, nd, k, s, d, full)

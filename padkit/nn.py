@@ -16,6 +16,7 @@ from typing import Any
 from torch import Tensor, nn
 
 from . import functional as PF
+from .plan import Plan, plan_conv, plan_pool
 from .spec import Padding, PaddingError, PaddingLike, _tuple_of
 
 __all__ = [
@@ -136,6 +137,28 @@ class _PadConv:
             tuple(self.stride),
             tuple(self.dilation),
             tuple(input_size)[-self._nd :],
+        )
+
+    def plan(self, input_size: Sequence[int]) -> Plan:
+        """What runs for an input of this shape (full or spatial), and why.
+
+        Example:
+            >>> Conv2d(32, 32, 3, stride=2, padding="same", groups=32).plan((1, 32, 56, 56))
+            ... # doctest: +ELLIPSIS
+            Plan(op='conv', strategy='zero_extend', ...)
+        """
+        sizes = tuple(int(v) for v in tuple(input_size)[-self._nd :])
+        pairs = self.resolved_padding(sizes)
+        mode = self.padding_mode if isinstance(self.padding_mode, str) else "mixed"
+        return plan_conv(
+            pairs,
+            tuple(self.kernel_size),
+            tuple(self.stride),
+            tuple(self.dilation),
+            sizes,
+            groups=self.groups,
+            in_channels=self.in_channels,
+            padding_mode=mode,
         )
 
     def extra_repr(self) -> str:
@@ -654,6 +677,34 @@ class _PadPool:
         s = _tuple_of(self.stride, self._nd, "stride")
         d = _tuple_of(getattr(self, "dilation", 1), self._nd, "dilation")
         return PF.resolve(self.pad_spec, k, s, d, tuple(input_size)[-self._nd :])
+
+    def plan(self, input_size: Sequence[int]) -> Plan:
+        """What runs for an input of this shape (full or spatial), and why.
+
+        Example:
+            >>> print(MaxPool2d(3, 2, padding="same").plan((1, 8, 112, 112)))  # doctest: +ELLIPSIS
+            max_pool: ceil_mode (pads [(0, 1), (0, 1)]) - the end pads are the ceil_mode overhang, ...
+        """
+        sizes = tuple(int(v) for v in tuple(input_size)[-self._nd :])
+        pairs = self.resolved_padding(sizes)
+        k = _tuple_of(self.kernel_size, self._nd, "kernel_size")
+        s = k if self.stride is None else _tuple_of(self.stride, self._nd, "stride")
+        d = _tuple_of(getattr(self, "dilation", 1), self._nd, "dilation")
+        ceil = bool(self.ceil_mode) or self.pad_spec.ceil_mode
+        if isinstance(self, _MaxPoolMixin):
+            return plan_pool("max_pool", pairs, k, s, d, sizes, ceil_mode=ceil)
+        if isinstance(self, _AvgPoolMixin):
+            return plan_pool(
+                "avg_pool",
+                pairs,
+                k,
+                s,
+                d,
+                sizes,
+                ceil_mode=ceil,
+                count_include_pad=self.count_include_pad,
+            )
+        return plan_pool("lp_pool", pairs, k, s, d, sizes, ceil_mode=ceil, native_dtype=False)
 
     def _pad_repr(self) -> str:
         spec = self.pad_spec

@@ -1,0 +1,346 @@
+"""Execution plans: the cheapest exact way to run an op with per-side pads.
+
+PyTorch's conv and pool kernels take one symmetric pad per axis. Per-side pads are
+cheapest when they never become a padded copy of the input. For each op, resolved
+pads, input shape, dtype, layout and device, :func:`plan_conv` and :func:`plan_pool`
+pick one exact lowering:
+
+``native``
+    the pads are symmetric (and, for pools, at most half the kernel): the op as is.
+``crop``
+    native padding ``max(lo, hi)``, then a view that drops the surplus outputs. Exact
+    when the surplus on the low side is a whole number of strides (any stride when
+    ``lo > hi``; stride 1 always): causal TCNs, even kernels, ``same_lower``.
+``zero_extend``
+    the kernel grows by zero taps on the short side and the pad becomes symmetric:
+    no input copy, a few more multiply-adds (exact when the surplus is a whole number
+    of dilations). Chosen for depthwise and other grouped convs, which are memory-bound.
+``ceil_mode``
+    pools with ``lo <= hi`` whose extra end pad is exactly what ``ceil_mode`` adds.
+``residual_pad``
+    native ``min(lo, hi)`` plus ``F.pad`` of the rest (dense convs).
+``explicit``
+    ``F.pad`` of everything, then the op unpadded (non-zero padding modes, pads larger
+    than torch's pools accept, dilated average pools, ...).
+
+Every plan is exact: it equals the explicit ``F.pad`` reference bit for bit or to
+float rounding (tests check every strategy against that reference).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from .spec import pool_output_size
+
+__all__ = ["STRATEGIES", "Plan", "plan_conv", "plan_pool"]
+
+STRATEGIES = ("native", "crop", "zero_extend", "ceil_mode", "residual_pad", "explicit")
+
+Pairs = tuple[tuple[int, int], ...]
+
+#: a ``crop`` plan may compute at most this much more output than it keeps
+_CROP_MAX_SURPLUS = 1.34
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What runs for one op on one input shape.
+
+    Attributes:
+        op: ``"conv"``, ``"max_pool"`` or ``"avg_pool"``.
+        strategy: one of :data:`STRATEGIES`.
+        pads: the resolved ``(lo, hi)`` pads it implements.
+        native_padding: the symmetric padding handed to the torch kernel.
+        pre_pad: ``(lo, hi)`` per axis applied to the input with ``F.pad`` first.
+        kernel_ext: zero taps ``(lo, hi)`` per axis added to the kernel.
+        skip: outputs dropped at the start of each axis (``crop``).
+        out_size: the output size per axis.
+        ceil_mode: the torch kernel runs with ``ceil_mode=True``.
+        reason: why this strategy, in words.
+
+    Example:
+        >>> p = plan_conv(((0, 1), (0, 1)), (3, 3), (2, 2), (1, 1), (112, 112), groups=32,
+        ...               in_channels=32)
+        >>> p.strategy, p.native_padding, p.kernel_ext
+        ('zero_extend', (1, 1), ((1, 0), (1, 0)))
+    """
+
+    op: str
+    strategy: str
+    pads: Pairs
+    native_padding: tuple[int, ...]
+    pre_pad: Pairs
+    kernel_ext: Pairs
+    skip: tuple[int, ...]
+    out_size: tuple[int, ...]
+    ceil_mode: bool
+    reason: str
+
+    def describe(self) -> str:
+        """One line: the strategy and why."""
+        return f"{self.op}: {self.strategy} (pads {list(self.pads)}) - {self.reason}"
+
+    def __str__(self) -> str:
+        return self.describe()
+
+
+def _zeros(nd: int) -> Pairs:
+    return ((0, 0),) * nd
+
+
+def _conv_out(n: int, k: int, s: int, d: int, lo: int, hi: int) -> int:
+    return (n + lo + hi - (d * (k - 1) + 1)) // s + 1
+
+
+def _crop_layout(
+    pairs: Pairs, k: Sequence[int], s: Sequence[int], d: Sequence[int], n: Sequence[int]
+) -> tuple[tuple[int, ...], tuple[int, ...], float] | None:
+    """Native padding, leading outputs to skip, and the surplus factor; None if inexact."""
+    native: list[int] = []
+    skip: list[int] = []
+    surplus = 1.0
+    for (lo, hi), kk, ss, dd, nn in zip(pairs, k, s, d, n):
+        p = max(lo, hi)
+        if (p - lo) % ss:
+            return None
+        native.append(p)
+        skip.append((p - lo) // ss)
+        want = _conv_out(nn, kk, ss, dd, lo, hi)
+        got = _conv_out(nn, kk, ss, dd, p, p)
+        surplus *= got / max(want, 1)
+    return tuple(native), tuple(skip), surplus
+
+
+def _extend_layout(pairs: Pairs, d: Sequence[int]) -> tuple[tuple[int, ...], Pairs] | None:
+    native: list[int] = []
+    ext: list[tuple[int, int]] = []
+    for (lo, hi), dd in zip(pairs, d):
+        if (hi - lo) % dd:
+            return None
+        native.append(max(lo, hi))
+        ext.append(((hi - lo) // dd, 0) if hi > lo else (0, (lo - hi) // dd))
+    return tuple(native), tuple(ext)
+
+
+@functools.lru_cache(maxsize=4096)
+def _plan_conv_cached(
+    pairs: Pairs,
+    k: tuple[int, ...],
+    s: tuple[int, ...],
+    d: tuple[int, ...],
+    n: tuple[int, ...],
+    groups: int,
+    in_channels: int,
+    padding_mode: str,
+) -> Plan:
+    return _plan_conv(pairs, k, s, d, n, groups, in_channels, padding_mode)
+
+
+def plan_conv(
+    pairs: Pairs,
+    k: Sequence[int],
+    s: Sequence[int],
+    d: Sequence[int],
+    n: Sequence[int],
+    *,
+    groups: int = 1,
+    in_channels: int = 1,
+    padding_mode: str = "zeros",
+) -> Plan:
+    """The plan for a conv with resolved ``pairs`` on spatial input size ``n`` (cached)."""
+    args = (tuple(pairs), tuple(k), tuple(s), tuple(d), tuple(n))
+    if all(isinstance(v, int) for v in args[4]):
+        return _plan_conv_cached(*args, groups, in_channels, padding_mode)
+    return _plan_conv(*args, groups, in_channels, padding_mode)
+
+
+def _plan_conv(
+    pairs: Pairs,
+    k: tuple[int, ...],
+    s: tuple[int, ...],
+    d: tuple[int, ...],
+    n: tuple[int, ...],
+    groups: int,
+    in_channels: int,
+    padding_mode: str,
+) -> Plan:
+    nd = len(pairs)
+    out = tuple(_conv_out(*a, *p) for a, p in zip(zip(n, k, s, d), pairs))
+    zero, none = _zeros(nd), (0,) * nd
+
+    def make(strategy: str, native: Sequence[int], reason: str, **kw: object) -> Plan:
+        return Plan(
+            "conv",
+            strategy,
+            pairs,
+            tuple(native),
+            kw.get("pre_pad", zero),  # type: ignore[arg-type]
+            kw.get("kernel_ext", zero),  # type: ignore[arg-type]
+            kw.get("skip", none),  # type: ignore[arg-type]
+            out,
+            False,
+            reason,
+        )
+
+    if padding_mode != "zeros":
+        if all(lo == 0 and hi == 0 for lo, hi in pairs):
+            return make("native", none, "no padding")
+        return make(
+            "explicit", none, f"{padding_mode} padding is a copy of the input", pre_pad=pairs
+        )
+    if all(lo == hi for lo, hi in pairs):
+        return make("native", [lo for lo, _ in pairs], "symmetric pads")
+    crop = _crop_layout(pairs, k, s, d, n)
+    if crop is not None and crop[2] <= _CROP_MAX_SURPLUS:
+        native, skip, surplus = crop
+        return make(
+            "crop",
+            native,
+            f"symmetric padding {native}, then a view without the surplus outputs "
+            f"({surplus:.2f}x computed)",
+            skip=skip,
+        )
+    grouped = groups > 1 and groups == in_channels
+    ext = _extend_layout(pairs, d)
+    if grouped and ext is not None:
+        native, kernel_ext = ext
+        return make(
+            "zero_extend",
+            native,
+            "depthwise conv: zero taps on the short side, symmetric padding, no input copy",
+            kernel_ext=kernel_ext,
+        )
+    sym = tuple(min(lo, hi) for lo, hi in pairs)
+    residual = tuple((lo - m, hi - m) for (lo, hi), m in zip(pairs, sym))
+    return make(
+        "residual_pad",
+        sym,
+        "dense conv: symmetric part native, the rest one F.pad",
+        pre_pad=residual,
+    )
+
+
+@functools.lru_cache(maxsize=4096)
+def _plan_pool_cached(
+    op: str,
+    pairs: Pairs,
+    k: tuple[int, ...],
+    s: tuple[int, ...],
+    d: tuple[int, ...],
+    n: tuple[int, ...],
+    ceil_mode: bool,
+    count_include_pad: bool,
+    native_dtype: bool,
+) -> Plan:
+    return _plan_pool(op, pairs, k, s, d, n, ceil_mode, count_include_pad, native_dtype)
+
+
+def plan_pool(
+    op: str,
+    pairs: Pairs,
+    k: Sequence[int],
+    s: Sequence[int],
+    d: Sequence[int],
+    n: Sequence[int],
+    *,
+    ceil_mode: bool = False,
+    count_include_pad: bool = True,
+    native_dtype: bool = True,
+) -> Plan:
+    """The plan for a ``"max_pool"``, ``"avg_pool"`` or ``"lp_pool"`` with resolved ``pairs``.
+
+    Example:
+        >>> plan_pool("max_pool", ((0, 1), (0, 1)), (3, 3), (2, 2), (1, 1), (112, 112)).strategy
+        'ceil_mode'
+    """
+    args = (op, tuple(pairs), tuple(k), tuple(s), tuple(d), tuple(n))
+    if all(isinstance(v, int) for v in args[5]):
+        return _plan_pool_cached(*args, bool(ceil_mode), bool(count_include_pad), native_dtype)
+    return _plan_pool(*args, bool(ceil_mode), bool(count_include_pad), native_dtype)
+
+
+def _plan_pool(
+    op: str,
+    pairs: Pairs,
+    k: tuple[int, ...],
+    s: tuple[int, ...],
+    d: tuple[int, ...],
+    n: tuple[int, ...],
+    ceil_mode: bool,
+    count_include_pad: bool,
+    native_dtype: bool,
+) -> Plan:
+    nd = len(pairs)
+    zero, none = _zeros(nd), (0,) * nd
+    out = tuple(
+        pool_output_size(nn, kk, ss, dd, lo, hi, ceil_mode)
+        for nn, kk, ss, dd, (lo, hi) in zip(n, k, s, d, pairs)
+    )
+
+    def make(strategy: str, native: Sequence[int], reason: str, **kw: object) -> Plan:
+        return Plan(
+            op,
+            strategy,
+            pairs,
+            tuple(native),
+            kw.get("pre_pad", zero),  # type: ignore[arg-type]
+            zero,
+            kw.get("skip", none),  # type: ignore[arg-type]
+            out,
+            bool(kw.get("ceil", False)),
+            reason,
+        )
+
+    def explicit(reason: str) -> Plan:
+        return make("explicit", none, reason, pre_pad=pairs)
+
+    undilated = all(dd == 1 for dd in d)
+    if op == "lp_pool":
+        return explicit("LP pooling sums x**p over each window of the zero-padded input")
+    if op == "avg_pool" and not undilated:
+        return explicit("torch's avg_pool has no dilation: window sums over a strided view")
+    if not native_dtype:
+        return explicit("the dtype has no native kernel for this pool")
+
+    def fits(p: Sequence[int]) -> bool:  # torch: pad <= kernel // 2 (raw kernel)
+        return all(pp <= kk // 2 for pp, kk in zip(p, k))
+
+    if all(lo == hi for lo, hi in pairs) and fits([lo for lo, _ in pairs]):
+        return make("native", [lo for lo, _ in pairs], "symmetric pads", ceil=ceil_mode)
+
+    # ceil_mode: the end pad is exactly the ceil overhang (pads never counted)
+    lows = [lo for lo, _ in pairs]
+    if (
+        all(lo <= hi for lo, hi in pairs)
+        and fits(lows)
+        and (op == "max_pool" or not count_include_pad)
+    ):
+        native_out = tuple(
+            pool_output_size(nn, kk, ss, dd, lo, lo, True)
+            for nn, kk, ss, dd, lo in zip(n, k, s, d, lows)
+        )
+        if native_out == out:
+            return make(
+                "ceil_mode",
+                lows,
+                "the end pads are the ceil_mode overhang, which never counts",
+                ceil=True,
+            )
+
+    if not ceil_mode:
+        crop = _crop_layout(pairs, k, s, d, n)
+        if crop is not None and fits(crop[0]) and crop[2] <= _CROP_MAX_SURPLUS:
+            native, skip, surplus = crop
+            return make(
+                "crop",
+                native,
+                f"symmetric padding {native}, then a view without the surplus outputs "
+                f"({surplus:.2f}x computed)",
+                skip=skip,
+            )
+    if any(lo > kk // 2 or hi > kk // 2 for (lo, hi), kk in zip(pairs, k)):
+        return explicit("pads exceed half the kernel, which torch's pools refuse")
+    return explicit("asymmetric pads with no cheaper exact lowering")
