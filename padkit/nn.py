@@ -683,7 +683,7 @@ class _PadPool:
 
         Example:
             >>> print(MaxPool2d(3, 2, padding="same").plan((1, 8, 112, 112)))  # doctest: +ELLIPSIS
-            max_pool: ceil_mode (pads [(0, 1), (0, 1)]) - the end pads are the ceil_mode overhang, ...
+            max_pool: ceil_mode (pads [(0, 1), (0, 1)]) - the end pads are ...ceil_mode overhang...
         """
         sizes = tuple(int(v) for v in tuple(input_size)[-self._nd :])
         pairs = self.resolved_padding(sizes)
