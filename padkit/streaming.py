@@ -1,0 +1,1011 @@
+"""Exact chunk-by-chunk (streaming) inference for models built from causal conv and pool layers.
+
+A conv whose time axis is padded on the left only (``padding="causal"``,
+``"causal_block"``, ``(lo, 0)`` pairs, or no time padding at all) never looks at the
+future, so a sequence can be fed to it in pieces. :class:`StreamingModule` does that for a
+whole ``nn.Module``: every conv and pool on the time axis keeps a small state (the last
+``d*(k-1)`` samples of its padded input stream and a sample counter), and feeding a sequence
+in chunks of any sizes (one sample, fewer samples than a stride, thousands) gives the
+full-sequence output, without recomputing the past.
+
+How it works: each conv/pool found in the model is swapped, for the duration of a
+:meth:`StreamingModule.step`, for a stateful stand-in that prepends its buffered history to
+the incoming chunk, runs the layer *without* time padding on exactly the windows that the
+new samples complete, and keeps the tail as the next history. The model's own ``forward``
+runs unchanged, so residual blocks and any other per-time-step code work as written.
+
+Which modules stream:
+
+* ``torch.nn.Conv1d/2d/3d`` and ``Max/Avg/LPPool1d/2d/3d`` (padkit's or torch's) whose
+  time-axis padding is ``(lo, 0)``; ``"causal"`` and ``"causal_block"`` are such rules.
+  The time axis may use ``padding_mode`` ``"zeros"`` or ``"replicate"`` (the first frame
+  repeated, as causal video VAEs do); other axes may be padded any way (``"same"`` for
+  video).
+* per-time-step modules pass through: activations, dropout, ``Identity``, ``BatchNorm`` in
+  eval mode, and the channel-wise ``Linear``/``LayerNorm``/``RMSNorm``/``GLU``/softmax
+  family (trusted to act on channels, not on time).
+* container modules (``nn.Sequential``, your residual blocks) run their own ``forward``.
+
+It refuses, naming the module: a conv or pool with right padding on the time axis (a
+``"same"`` conv), ``reflect``/``circular`` time padding, ``BatchNorm`` in train mode,
+``GroupNorm``/``InstanceNorm``, adaptive (global) pooling, transposed convs, upsampling,
+recurrent and attention layers, pad modules, ``Flatten``, and leaf modules it does not know
+(declare them per-time-step with ``allow=``).
+
+What it cannot see: tensor code inside a ``forward`` (``x[..., :-2]``, ``x.mean(-1)``,
+``F.conv1d`` on a layer's weight) is run as written on each chunk, and branches that are
+added must emit their samples at the same times (see ``docs/causal-streaming.md``).
+:meth:`StreamingModule.verify` compares a streamed run with the full-sequence run.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from . import functional as PF
+from . import nn as pnn
+from .spec import (
+    Padding,
+    PaddingError,
+    _tuple_of,
+    conv_output_size,
+    pool_output_size,
+)
+
+__all__ = ["StreamingModule"]
+
+_CONVS = (nn.Conv1d, nn.Conv2d, nn.Conv3d)
+_MAX_POOLS = (nn.MaxPool1d, nn.MaxPool2d, nn.MaxPool3d)
+_AVG_POOLS = (nn.AvgPool1d, nn.AvgPool2d, nn.AvgPool3d)
+_LP_POOLS = (nn.LPPool1d, nn.LPPool2d, nn.LPPool3d)
+_POOLS = _MAX_POOLS + _AVG_POOLS + _LP_POOLS
+_PADKIT_LAYERS = (
+    pnn.Conv1d,
+    pnn.Conv2d,
+    pnn.Conv3d,
+    pnn.MaxPool1d,
+    pnn.MaxPool2d,
+    pnn.MaxPool3d,
+    pnn.AvgPool1d,
+    pnn.AvgPool2d,
+    pnn.AvgPool3d,
+    pnn.LPPool1d,
+    pnn.LPPool2d,
+    pnn.LPPool3d,
+)
+_KNOWN_FORWARDS = frozenset(c.forward for c in _CONVS + _POOLS + _PADKIT_LAYERS)
+
+_ND = {
+    nn.Conv1d: 1,
+    nn.Conv2d: 2,
+    nn.Conv3d: 3,
+    nn.MaxPool1d: 1,
+    nn.MaxPool2d: 2,
+    nn.MaxPool3d: 3,
+    nn.AvgPool1d: 1,
+    nn.AvgPool2d: 2,
+    nn.AvgPool3d: 3,
+    nn.LPPool1d: 1,
+    nn.LPPool2d: 2,
+    nn.LPPool3d: 3,
+}
+
+# Modules that act on each time step on its own.
+_PER_STEP: tuple[type[nn.Module], ...] = (
+    nn.Identity,
+    nn.ReLU,
+    nn.ReLU6,
+    nn.LeakyReLU,
+    nn.PReLU,
+    nn.RReLU,
+    nn.ELU,
+    nn.SELU,
+    nn.CELU,
+    nn.GELU,
+    nn.SiLU,
+    nn.Mish,
+    nn.Sigmoid,
+    nn.Tanh,
+    nn.Hardtanh,
+    nn.Hardswish,
+    nn.Hardsigmoid,
+    nn.Hardshrink,
+    nn.Softshrink,
+    nn.Softplus,
+    nn.Softsign,
+    nn.Tanhshrink,
+    nn.Threshold,
+    nn.LogSigmoid,
+    nn.Dropout,
+    nn.Dropout1d,
+    nn.Dropout2d,
+    nn.Dropout3d,
+    nn.AlphaDropout,
+    nn.FeatureAlphaDropout,
+    nn.LocalResponseNorm,
+    nn.ChannelShuffle,
+    nn.Embedding,
+    # channel-wise when applied channels-last, as streaming models use them
+    nn.Linear,
+    nn.LayerNorm,
+    nn.RMSNorm,
+    nn.GLU,
+    nn.Softmax,
+    nn.LogSoftmax,
+    nn.Softmin,
+    nn.Softmax2d,
+    nn.Unflatten,
+)
+
+# Modules that mix time non-causally, keep their own hidden state, or change the time rate in
+# a way padkit does not stream: refused with the reason.
+_REFUSED: tuple[tuple[tuple[type[nn.Module], ...], str], ...] = (
+    (
+        (nn.ConvTranspose1d, nn.ConvTranspose2d, nn.ConvTranspose3d),
+        "transposed convs are not streamed by padkit yet",
+    ),
+    (
+        (
+            nn.AdaptiveAvgPool1d,
+            nn.AdaptiveAvgPool2d,
+            nn.AdaptiveAvgPool3d,
+            nn.AdaptiveMaxPool1d,
+            nn.AdaptiveMaxPool2d,
+            nn.AdaptiveMaxPool3d,
+        ),
+        "adaptive pooling pools over the whole sequence",
+    ),
+    (
+        (nn.FractionalMaxPool2d, nn.FractionalMaxPool3d),
+        "fractional pooling draws windows over the whole sequence",
+    ),
+    (
+        (nn.GroupNorm, nn.InstanceNorm1d, nn.InstanceNorm2d, nn.InstanceNorm3d),
+        "it normalises with statistics over the whole sequence",
+    ),
+    (
+        (nn.Upsample, nn.PixelShuffle, nn.PixelUnshuffle, nn.Fold, nn.Unfold),
+        "it resamples or regroups the spatial axes, time included",
+    ),
+    ((nn.RNNBase, nn.RNNCellBase), "recurrent layers keep a hidden state padkit does not thread"),
+    (
+        (
+            nn.MultiheadAttention,
+            nn.Transformer,
+            nn.TransformerEncoder,
+            nn.TransformerDecoder,
+            nn.TransformerEncoderLayer,
+            nn.TransformerDecoderLayer,
+        ),
+        "attention mixes every time step",
+    ),
+    (
+        (
+            nn.ZeroPad1d,
+            nn.ZeroPad2d,
+            nn.ZeroPad3d,
+            nn.ConstantPad1d,
+            nn.ConstantPad2d,
+            nn.ConstantPad3d,
+            nn.ReflectionPad1d,
+            nn.ReflectionPad2d,
+            nn.ReflectionPad3d,
+            nn.ReplicationPad1d,
+            nn.ReplicationPad2d,
+            nn.ReplicationPad3d,
+            nn.CircularPad1d,
+            nn.CircularPad2d,
+            nn.CircularPad3d,
+        ),
+        "a pad module pads every chunk; put the causal padding in the conv "
+        "(padding='causal') instead",
+    ),
+    ((nn.Flatten,), "it flattens the time axis into the features"),
+    ((nn.MaxUnpool1d, nn.MaxUnpool2d, nn.MaxUnpool3d), "unpooling is not streamed"),
+)
+
+_BATCH_NORMS = (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d, nn.SyncBatchNorm)
+
+StreamState = dict[str, Tensor]
+
+_CONV_FN: dict[int, Any] = {1: PF.conv1d, 2: PF.conv2d, 3: PF.conv3d}
+_MAX_FN: dict[int, Any] = {1: PF.max_pool1d, 2: PF.max_pool2d, 3: PF.max_pool3d}
+_AVG_FN: dict[int, Any] = {1: PF.avg_pool1d, 2: PF.avg_pool2d, 3: PF.avg_pool3d}
+_LP_FN: dict[int, Any] = {1: PF.lp_pool1d, 2: PF.lp_pool2d, 3: PF.lp_pool3d}
+
+
+def _lowest(dtype: torch.dtype) -> float:
+    """What a max pool pads with: -inf, or the integer dtype's minimum."""
+    if dtype.is_floating_point:
+        return float("-inf")
+    return float(torch.iinfo(dtype).min)
+
+
+# ----------------------------------------------------------------------------- layer plans
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """How one conv or pool streams along the time axis."""
+
+    name: str
+    kind: str  # "conv", "max", "avg", "lp"
+    nd: int
+    ti: int  # index of the time axis among the layer's spatial axes
+    k: tuple[int, ...]
+    s: tuple[int, ...]
+    d: tuple[int, ...]
+    lo: int  # left pad on the time axis
+    replicate: bool  # time padding repeats the first frame
+    padkit: bool  # a padkit layer (else a plain torch one)
+
+    @property
+    def k_eff(self) -> int:
+        return self.d[self.ti] * (self.k[self.ti] - 1) + 1
+
+    @property
+    def stride(self) -> int:
+        return self.s[self.ti]
+
+    @property
+    def history(self) -> int:
+        """Samples of the padded input stream the layer keeps between chunks."""
+        return self.k_eff - 1
+
+    @property
+    def stateless(self) -> bool:
+        return self.k_eff == 1 and self.stride == 1 and self.lo == 0
+
+    def offset(self, pos: int) -> int:
+        """Where, in ``history ++ chunk``, the next output window starts, after ``pos`` input
+        samples (may exceed ``history`` when the kernel is shorter than the stride)."""
+        n_prev = self.lo + pos  # samples of the padded stream seen so far
+        done = 0 if n_prev < self.k_eff else (n_prev - self.k_eff) // self.stride + 1
+        return done * self.stride - n_prev + self.history
+
+    def outputs(self, pos: int, length: int) -> int:
+        """How many outputs a chunk of ``length`` samples completes after ``pos`` samples."""
+        avail = self.history + length - self.offset(pos)
+        return 0 if avail < self.k_eff else (avail - self.k_eff) // self.stride + 1
+
+
+def _time_index(axis: int, nd: int, name: str) -> int:
+    ti = axis - 2 if axis >= 0 else nd + axis
+    if not 0 <= ti < nd:
+        raise PaddingError(
+            f"StreamingModule: axis={axis} is not a spatial axis of {name!r}, which has {nd} "
+            f"spatial axis/axes (inputs (N, C, {', '.join('*' * nd)})); pass an axis in "
+            f"2..{nd + 1} or -{nd}..-1"
+        )
+    return ti
+
+
+def _torch_pairs(
+    padding: Any, k: tuple[int, ...], d: tuple[int, ...]
+) -> tuple[tuple[int, int], ...]:
+    """The (lo, hi) pads of a plain torch conv/pool ``padding`` attribute."""
+    nd = len(k)
+    if isinstance(padding, str):
+        if padding == "valid":
+            return ((0, 0),) * nd
+        totals = [dd * (kk - 1) for kk, dd in zip(k, d)]
+        return tuple((t // 2, t - t // 2) for t in totals)
+    return tuple((p, p) for p in _tuple_of(padding, nd, "padding", minimum=0))
+
+
+def _plan_layer(name: str, layer: nn.Module, axis: int) -> _Plan:
+    nd = next(v for t, v in _ND.items() if isinstance(layer, t))
+    ti = _time_index(axis, nd, name)
+    what = f"{type(layer).__name__} {name!r}"
+    if layer._forward_hooks or layer._forward_pre_hooks:
+        raise PaddingError(
+            f"StreamingModule: {what} has forward hooks, which streaming would not run (the "
+            "layer runs on buffered windows). Remove them; for weight norm use "
+            "torch.nn.utils.parametrizations.weight_norm, which streams"
+        )
+    if type(layer).forward not in _KNOWN_FORWARDS:
+        raise PaddingError(
+            f"StreamingModule: {what} overrides forward(); streaming runs the layer's "
+            "conv/pool itself and would skip that code"
+        )
+    is_padkit = isinstance(layer, _PADKIT_LAYERS)
+    if isinstance(layer, _CONVS):
+        kind = "conv"
+        k = _tuple_of(layer.kernel_size, nd, "kernel_size")
+        s = _tuple_of(layer.stride, nd, "stride")
+        d = _tuple_of(layer.dilation, nd, "dilation")
+    else:
+        kind = (
+            "max"
+            if isinstance(layer, _MAX_POOLS)
+            else "avg"
+            if isinstance(layer, _AVG_POOLS)
+            else "lp"
+        )
+        k = _tuple_of(layer.kernel_size, nd, "kernel_size")
+        stride = getattr(layer, "stride", None)
+        s = k if stride is None else _tuple_of(stride, nd, "stride")
+        d = _tuple_of(getattr(layer, "dilation", 1), nd, "dilation")
+        if getattr(layer, "return_indices", False):
+            raise PaddingError(
+                f"StreamingModule: {what} has return_indices=True; indices into a stream are "
+                "not supported"
+            )
+        if getattr(layer, "ceil_mode", False) and s[ti] > 1:
+            raise PaddingError(
+                f"StreamingModule: {what} has ceil_mode=True with stride {s[ti]} on the time "
+                "axis: its last window depends on where the sequence ends"
+            )
+    if is_padkit:
+        spec: Padding = layer.pad_spec  # type: ignore[assignment]
+        rule = spec.axes[ti]
+        try:
+            ((lo, hi),) = Padding((rule,), ceil_mode=spec.ceil_mode).resolve(
+                k[ti], s[ti], d[ti], ndim=1
+            )
+        except PaddingError:
+            raise PaddingError(
+                f"StreamingModule: {what} pads the time axis with {rule!r} at stride {s[ti]}, "
+                "which depends on the sequence length; use 'causal' or 'causal_block'"
+            ) from None
+    else:
+        (lo, hi) = _torch_pairs(getattr(layer, "padding", 0), k, d)[ti]
+    if hi != 0:
+        raise PaddingError(
+            f"StreamingModule: {what} pads the time axis (axis {axis}) with {(lo, hi)}: the "
+            f"right pad {hi} needs samples from the future. Use padding='causal' (or "
+            "'causal_block') on the time axis, e.g. ('causal', 'same', 'same') for video"
+        )
+    replicate = False
+    if kind == "conv" and lo > 0:
+        mode: Any = layer.padding_mode
+        tmode = mode if isinstance(mode, str) else mode[ti]
+        if tmode == "replicate":
+            replicate = True
+        elif tmode != "zeros":
+            raise PaddingError(
+                f"StreamingModule: {what} pads the time axis in mode {tmode!r}, which reads "
+                "samples from the future; stream with 'zeros' or 'replicate' (repeat the first "
+                "frame) on the time axis, e.g. padding_mode=('replicate', 'zeros', 'zeros')"
+            )
+    return _Plan(name, kind, nd, ti, k, s, d, lo, replicate, is_padkit)
+
+
+# ----------------------------------------------------------------------------- the runner
+
+
+class _StreamLayer(nn.Module):
+    """Stands in for one conv/pool during a step; the layer itself is not registered here."""
+
+    def __init__(self, runner: StreamingModule, plan: _Plan, layer: nn.Module) -> None:
+        super().__init__()
+        object.__setattr__(self, "_runner", runner)
+        object.__setattr__(self, "_layer", layer)
+        self.plan = plan
+
+    def forward(self, x: Tensor) -> Tensor:
+        runner: StreamingModule = object.__getattribute__(self, "_runner")
+        layer: nn.Module = object.__getattribute__(self, "_layer")
+        return runner._run_layer(self.plan, layer, x)
+
+
+@dataclass
+class _Context:
+    state_in: StreamState
+    state_out: StreamState = field(default_factory=dict)
+    lazy: bool = False
+    created: StreamState = field(default_factory=dict)
+    static_pos: dict[str, int] | None = None
+    record: dict[str, tuple[int, int]] | None = None
+    called: set[str] = field(default_factory=set)
+
+
+class StreamingModule(nn.Module):
+    """Run a model of causal convs and pools chunk by chunk, exactly, with explicit state.
+
+    ``StreamingModule(model, axis=-1)`` finds every conv and pool in ``model`` (padkit's or
+    torch's) and checks that it pads the time axis ``axis`` on the left only; modules that
+    would mix time non-causally are refused with their name. :meth:`step` then runs
+    ``model``'s own ``forward`` on a chunk, with each conv/pool fed from its buffered
+    history. Concatenating the outputs of consecutive steps gives the full-sequence output
+    (to float rounding, usually bit for bit), for chunks of any sizes, including chunks of
+    one sample and chunks shorter than a stride (a strided layer buffers them until its
+    stride block is complete).
+
+    The state is a flat ``dict`` of plain tensors, keyed ``"<layer name>.buf"`` (the last
+    ``dilation*(kernel-1)`` samples of the layer's padded input, shape ``(N, C, ...)``) and
+    ``"<layer name>.pos"`` (an int64 count of samples seen): save it with ``torch.save``,
+    move it with ``{k: v.to(device) for k, v in state.items()}``, start over with
+    :meth:`init_state`. :meth:`step` never modifies the state it is given.
+
+    Args:
+        model: the model; it is not modified (its layers are swapped for stand-ins only
+            while a step runs, so do not call ``model`` from another thread meanwhile).
+        axis: the time axis of the inputs, counted in the input tensor's dims: ``-1`` for
+            ``(N, C, T)`` audio, ``2`` (or ``-3``) for ``(N, C, T, H, W)`` video.
+        allow: extra leaf module types, or qualified module names, that act on each time
+            step on its own (e.g. a custom activation).
+
+    Shape:
+        - Input of :meth:`step`: ``(N, C, ..., T_chunk, ...)``, the time axis at ``axis``;
+          ``T_chunk`` may be any size, 0 included.
+        - Output: what ``model`` returns, its time axis holding the outputs the chunk
+          completes (for a stride-``S`` model, about ``T_chunk / S`` of them).
+
+    Example:
+        >>> import padkit.nn as pn
+        >>> _ = torch.manual_seed(0)
+        >>> net = torch.nn.Sequential(
+        ...     pn.Conv1d(1, 4, 3, padding="causal", dilation=2), torch.nn.ReLU(),
+        ...     pn.Conv1d(4, 2, 4, stride=2, padding="causal_block"))
+        >>> stream = StreamingModule(net)
+        >>> x = torch.randn(1, 1, 11)
+        >>> state = stream.init_state(batch_size=1)
+        >>> outs = []
+        >>> for chunk in x.split([1, 4, 1, 5], dim=-1):
+        ...     y, state = stream.step(chunk, state)
+        ...     outs.append(y)
+        >>> [o.shape[-1] for o in outs]
+        [0, 2, 1, 2]
+        >>> torch.allclose(torch.cat(outs, -1), net(x), atol=1e-6)
+        True
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        axis: int = -1,
+        *,
+        allow: Sequence[type[nn.Module] | str] = (),
+    ) -> None:
+        super().__init__()
+        if not isinstance(model, nn.Module):
+            raise TypeError(
+                f"StreamingModule: model must be an nn.Module, got {type(model).__name__}"
+            )
+        if isinstance(axis, bool) or not isinstance(axis, int):
+            raise TypeError(f"StreamingModule: axis must be an int, got {axis!r}")
+        if axis in (0, 1):
+            raise PaddingError(
+                f"StreamingModule: axis={axis} is the batch or channel axis; the time axis is a "
+                "spatial axis: -1 for (N, C, T), 2 for (N, C, T, H, W)"
+            )
+        for a in allow:
+            if not isinstance(a, str) and not (isinstance(a, type) and issubclass(a, nn.Module)):
+                raise TypeError(
+                    f"StreamingModule: allow entries must be nn.Module subclasses or module "
+                    f"names, got {a!r}"
+                )
+        self.model = model
+        self.axis = axis
+        self._allow_types = tuple(a for a in allow if not isinstance(a, str))
+        self._allow_names = frozenset(a for a in allow if isinstance(a, str))
+        self._plans: dict[str, _Plan] = {}
+        self._stand_ins: dict[int, _StreamLayer] = {}
+        self._slots: list[tuple[nn.Module, str, nn.Module]] = []
+        self._batch_norms: list[tuple[str, nn.Module]] = []
+        self._root_stand_in: _StreamLayer | None = None
+        self._ctx: _Context | None = None
+        self._lock = threading.RLock()
+        self._state: StreamState | None = None
+        self._scan(model, "", set())
+
+    # ------------------------------------------------------------------ model scan
+
+    def _scan(self, module: nn.Module, name: str, seen: set[int]) -> None:
+        label = name or "<model>"
+        if id(module) in seen:
+            return
+        seen.add(id(module))
+        if name in self._allow_names:
+            return
+        for types, why in _REFUSED:
+            if isinstance(module, types):
+                raise PaddingError(
+                    f"StreamingModule cannot stream {type(module).__name__} {label!r}: {why}"
+                )
+        if isinstance(module, _CONVS + _POOLS):
+            plan = _plan_layer(label, module, self.axis)
+            self._plans[label] = plan
+            stand_in = _StreamLayer(self, plan, module)
+            self._stand_ins[id(module)] = stand_in
+            if not name:
+                object.__setattr__(self, "_root_stand_in", stand_in)
+            return
+        if isinstance(module, _BATCH_NORMS):
+            self._batch_norms.append((label, module))
+            return
+        if isinstance(module, (_PER_STEP, self._allow_types)):
+            return
+        children = list(module.named_children())
+        if not children:
+            raise PaddingError(
+                f"StreamingModule does not know whether {type(module).__name__} {label!r} acts "
+                "on each time step on its own. If it does, pass "
+                f"allow=[{type(module).__name__}] (or allow=[{label!r}])"
+            )
+        for child_name, child in children:
+            full = f"{name}.{child_name}" if name else child_name
+            self._scan(child, full, seen)
+            if id(child) in self._stand_ins:
+                self._slots.append((module, child_name, child))
+
+    def _check_modes(self) -> None:
+        for label, bn in self._batch_norms:
+            if bn.training or getattr(bn, "running_mean", None) is None:
+                raise PaddingError(
+                    f"StreamingModule cannot stream {type(bn).__name__} {label!r} "
+                    + (
+                        "in train mode: it normalises with statistics over the whole chunk; "
+                        "call model.eval()"
+                        if bn.training
+                        else "without running statistics (track_running_stats=False)"
+                    )
+                )
+
+    @contextmanager
+    def _swapped(self) -> Iterator[None]:
+        done: list[tuple[nn.Module, str, nn.Module]] = []
+        try:
+            for parent, key, layer in self._slots:
+                parent._modules[key] = self._stand_ins[id(layer)]
+                done.append((parent, key, layer))
+            yield
+        finally:
+            for parent, key, layer in reversed(done):
+                parent._modules[key] = layer
+
+    @property
+    def layers(self) -> dict[str, tuple[int, int, int, int]]:
+        """Each streamed layer's time-axis ``(kernel, stride, dilation, left pad)``."""
+        return {n: (p.k[p.ti], p.stride, p.d[p.ti], p.lo) for n, p in self._plans.items()}
+
+    # ------------------------------------------------------------------ state
+
+    def _stateful(self) -> list[_Plan]:
+        return [p for p in self._plans.values() if not p.stateless]
+
+    def _default_dtype_device(self) -> tuple[torch.dtype, torch.device]:
+        for p in self.model.parameters():
+            if p.is_floating_point():
+                return p.dtype, p.device
+        return torch.get_default_dtype(), torch.device("cpu")
+
+    def init_state(
+        self,
+        batch_size: int | None = None,
+        *,
+        example: Tensor | None = None,
+        dtype: torch.dtype | None = None,
+        device: torch.device | str | None = None,
+    ) -> StreamState:
+        """A fresh state: the history of every layer is its padding (zeros; ``-inf`` for max
+        pools; the first frame for ``replicate``, filled in by the first step).
+
+        Without ``example`` the buffer shapes must follow from the layers alone, which holds
+        for models whose stateful layers are all 1-d convs. Otherwise pass ``example``, a chunk
+        of the input (any time length; only its shape, dtype and device are used): the model
+        runs once on zeros of that shape to find each buffer's shape.
+
+        Args:
+            batch_size: ``N``; defaults to the example's, else 1.
+            example: an input chunk ``(N, C, ...)``.
+            dtype, device: of the buffers; default the example's, else the model's.
+        """
+        if batch_size is not None and (
+            isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1
+        ):
+            raise PaddingError(
+                f"init_state(): batch_size must be a positive int, got {batch_size!r}"
+            )
+        if example is not None:
+            if not isinstance(example, Tensor):
+                raise TypeError(
+                    f"init_state(): example must be a Tensor, got {type(example).__name__}"
+                )
+            self._check_chunk(example, "init_state(): example")
+            shape = list(example.shape)
+            if batch_size is not None:
+                shape[0] = batch_size
+            probe = torch.zeros(
+                shape,
+                dtype=dtype or example.dtype,
+                device=device if device is not None else example.device,
+            )
+            ctx = _Context(state_in={}, lazy=True)
+            with torch.no_grad():
+                self._run(probe, ctx)
+            return ctx.created
+        n = 1 if batch_size is None else batch_size
+        dflt_dtype, dflt_device = self._default_dtype_device()
+        dt = dtype or dflt_dtype
+        dev = torch.device(device) if device is not None else dflt_device
+        state: StreamState = {}
+        for plan in self._stateful():
+            layer = self._layer(plan)
+            if plan.kind != "conv" or plan.nd != 1:
+                raise PaddingError(
+                    f"init_state(): the buffer shape of {type(layer).__name__} {plan.name!r} "
+                    "depends on its input; pass example=<an input chunk>"
+                )
+            channels: Any = layer.in_channels
+            state.update(self._fresh(plan, (n, int(channels), plan.history), dt, dev))
+        return state
+
+    def _layer(self, plan: _Plan) -> nn.Module:
+        if plan.name == "<model>":
+            return self.model
+        return self.model.get_submodule(plan.name)
+
+    @staticmethod
+    def _fresh(
+        plan: _Plan, shape: Sequence[int], dtype: torch.dtype, device: torch.device
+    ) -> StreamState:
+        if plan.kind == "max":
+            fill = _lowest(dtype)
+            buf = torch.full(tuple(shape), fill, dtype=dtype, device=device)
+        else:
+            buf = torch.zeros(tuple(shape), dtype=dtype, device=device)
+        return {
+            f"{plan.name}.buf": buf,
+            f"{plan.name}.pos": torch.zeros((), dtype=torch.int64, device=device),
+        }
+
+    def reset(self) -> None:
+        """Forget the state that :meth:`forward` keeps (the next call starts a new stream)."""
+        self._state = None
+
+    # ------------------------------------------------------------------ stepping
+
+    def _check_chunk(self, chunk: Any, what: str) -> None:
+        if not isinstance(chunk, Tensor):
+            raise TypeError(f"{what} must be a Tensor, got {type(chunk).__name__}")
+        if chunk.dim() < 3:
+            raise PaddingError(
+                f"{what} must be batched, (N, C, ...) with the time axis at axis={self.axis}, "
+                f"got shape {tuple(chunk.shape)}"
+            )
+        dim = self.axis if self.axis >= 0 else chunk.dim() + self.axis
+        if not 2 <= dim < chunk.dim():
+            raise PaddingError(
+                f"{what} of shape {tuple(chunk.shape)} has no spatial axis {self.axis}"
+            )
+
+    def step(self, chunk: Tensor, state: StreamState) -> tuple[Any, StreamState]:
+        """Feed one chunk; return the outputs it completes and the next state.
+
+        Args:
+            chunk: ``(N, C, ...)`` with any number of samples on the time axis.
+            state: from :meth:`init_state` or the previous step (not modified).
+
+        Returns:
+            ``(output, new_state)``; ``output`` is what the model returns for the chunk.
+        """
+        self._check_chunk(chunk, "step(): chunk")
+        if not isinstance(state, dict):
+            raise TypeError(
+                f"step(): state must be the dict from init_state() or step(), got "
+                f"{type(state).__name__}"
+            )
+        ctx = _Context(state_in=state)
+        out = self._run(chunk, ctx)
+        new_state = dict(state)
+        new_state.update(ctx.state_out)
+        return out, new_state
+
+    def forward(self, chunk: Tensor) -> Any:
+        """Feed one chunk, keeping the state inside the module (see :meth:`reset`)."""
+        self._check_chunk(chunk, "forward(): chunk")
+        ctx = _Context(state_in=self._state if self._state is not None else {}, lazy=True)
+        out = self._run(chunk, ctx)
+        new_state = dict(ctx.created)
+        new_state.update(self._state or {})
+        new_state.update(ctx.state_out)
+        self._state = new_state
+        return out
+
+    @property
+    def state(self) -> StreamState | None:
+        """The state :meth:`forward` keeps (None before the first call or after reset)."""
+        return self._state
+
+    def _run(self, chunk: Tensor, ctx: _Context) -> Any:
+        with self._lock:
+            self._check_modes()
+            self._ctx = ctx
+            try:
+                if self._root_stand_in is not None:
+                    return self._root_stand_in(chunk)
+                with self._swapped():
+                    return self.model(chunk)
+            finally:
+                self._ctx = None
+
+    def _run_layer(self, plan: _Plan, layer: nn.Module, x: Tensor) -> Tensor:
+        ctx = self._ctx
+        if ctx is None:  # pragma: no cover - stand-ins exist only inside a step
+            raise RuntimeError("padkit streaming stand-in called outside a step")
+        if plan.name in ctx.called:
+            raise PaddingError(
+                f"StreamingModule: {type(layer).__name__} {plan.name!r} ran twice in one step; "
+                "a layer applied to two signals needs one state per use (use two layers)"
+            )
+        ctx.called.add(plan.name)
+        if not isinstance(x, Tensor) or x.dim() != plan.nd + 2:
+            raise PaddingError(
+                f"StreamingModule: {type(layer).__name__} {plan.name!r} got an input of shape "
+                f"{tuple(x.shape) if isinstance(x, Tensor) else type(x).__name__}; streaming "
+                f"needs batched (N, C, {', '.join('*' * plan.nd)}) inputs"
+            )
+        td = 2 + plan.ti
+        length = int(x.shape[td])
+        if plan.stateless:
+            return layer(x) if length > 0 else self._empty(plan, layer, x)
+        key_buf, key_pos = f"{plan.name}.buf", f"{plan.name}.pos"
+        if key_buf not in ctx.state_in or key_pos not in ctx.state_in:
+            if not ctx.lazy:
+                raise PaddingError(
+                    f"step(): the state has no entry {key_buf!r}/{key_pos!r} for "
+                    f"{type(layer).__name__} {plan.name!r}; build the state with init_state()"
+                )
+            shape = list(x.shape)
+            shape[td] = plan.history
+            fresh = self._fresh(plan, shape, x.dtype, x.device)
+            ctx.created.update(fresh)
+            buf, pos = fresh[key_buf], fresh[key_pos]
+        else:
+            buf, pos = ctx.state_in[key_buf], ctx.state_in[key_pos]
+        want = list(x.shape)
+        want[td] = plan.history
+        if list(buf.shape) != want:
+            raise PaddingError(
+                f"step(): state {key_buf!r} has shape {tuple(buf.shape)} but "
+                f"{type(layer).__name__} {plan.name!r} needs {tuple(want)} for an input chunk "
+                f"of shape {tuple(x.shape)} (batch size or input shape changed? call "
+                "init_state() again)"
+            )
+        pos_i = ctx.static_pos[plan.name] if ctx.static_pos is not None else int(pos.item())
+        if ctx.record is not None:
+            ctx.record[plan.name] = (pos_i, length)
+        if plan.replicate and length > 0:
+            first = x.narrow(td, 0, 1).expand(want)
+            if ctx.static_pos is not None:
+                buf = torch.where(pos == 0, first, buf)
+            elif pos_i == 0:
+                buf = first
+        cat = torch.cat([buf, x], dim=td) if plan.history > 0 else x
+        off = plan.offset(pos_i)
+        m = plan.outputs(pos_i, length)
+        if m > 0:
+            seg = cat.narrow(td, off, (m - 1) * plan.stride + plan.k_eff)
+            y = self._op(plan, layer, seg, cat, pos, off)
+        else:
+            y = self._empty(plan, layer, x)
+        ctx.state_out[key_buf] = cat.narrow(td, length, plan.history).clone()
+        ctx.state_out[key_pos] = pos + length
+        return y
+
+    # ------------------------------------------------------------------ the ops
+
+    def _pairs(
+        self, plan: _Plan, layer: nn.Module, sizes: Sequence[int]
+    ) -> tuple[tuple[int, int], ...]:
+        """The layer's pads for these spatial sizes, with the time axis unpadded."""
+        if plan.padkit:
+            probe = list(sizes)
+            probe[plan.ti] = max(plan.k_eff, 1)
+            pairs = list(layer.resolved_padding(tuple(probe)))  # type: ignore[operator]
+        else:
+            pairs = list(_torch_pairs(getattr(layer, "padding", 0), plan.k, plan.d))
+        pairs[plan.ti] = (0, 0)
+        return tuple(pairs)
+
+    def _op(
+        self, plan: _Plan, layer: Any, seg: Tensor, cat: Tensor, pos: Tensor, off: int
+    ) -> Tensor:
+        if plan.lo == 0:
+            # nothing to pad on the time axis: the layer's own forward is the full-sequence op
+            return layer(seg)  # type: ignore[no-any-return]
+        sizes = [int(v) for v in seg.shape[2:]]
+        spec = Padding(self._pairs(plan, layer, sizes))
+        nd = plan.nd
+        if plan.kind == "conv":
+            return _CONV_FN[nd](  # type: ignore[no-any-return]
+                seg,
+                layer.weight,
+                layer.bias,
+                plan.s,
+                spec,
+                plan.d,
+                layer.groups,
+                layer.padding_mode,
+            )
+        if plan.kind == "max":
+            return _MAX_FN[nd](  # type: ignore[no-any-return]
+                seg, plan.k, plan.s, spec, plan.d, layer.ceil_mode, False
+            )
+        if plan.kind == "lp":
+            return _LP_FN[nd](  # type: ignore[no-any-return]
+                seg, layer.norm_type, plan.k, plan.s, layer.ceil_mode, padding=spec, dilation=plan.d
+            )
+        avg = _AVG_FN[nd]
+        divisor = getattr(layer, "divisor_override", None)
+        if layer.count_include_pad or divisor is not None:
+            return avg(  # type: ignore[no-any-return]
+                seg, plan.k, plan.s, spec, layer.ceil_mode, layer.count_include_pad, divisor, plan.d
+            )
+        # average over the real samples only: pool the sum and, from a mask of which stream
+        # positions are real (not the left pad), the count
+        td = 2 + plan.ti
+        total = avg(seg, plan.k, plan.s, spec, layer.ceil_mode, True, 1, plan.d)
+        idx = torch.arange(cat.shape[td], device=seg.device).narrow(0, off, seg.shape[td])
+        real = (idx + pos - plan.history >= 0).to(seg.dtype)
+        mshape = [1] * seg.dim()
+        mshape[td] = seg.shape[td]
+        mask = real.view(mshape).expand([1, 1, *seg.shape[2:]])
+        count = avg(mask, plan.k, plan.s, spec, layer.ceil_mode, True, 1, plan.d)
+        return total / count  # type: ignore[no-any-return]
+
+    def _empty(self, plan: _Plan, layer: Any, x: Tensor) -> Tensor:
+        """The output of a chunk that completes no window (time length 0)."""
+        sizes = [int(v) for v in x.shape[2:]]
+        pairs = self._pairs(plan, layer, sizes)
+        shape = [
+            int(x.shape[0]),
+            int(layer.out_channels) if plan.kind == "conv" else int(x.shape[1]),
+        ]
+        ceil = bool(getattr(layer, "ceil_mode", False))
+        for i, (n, (lo, hi)) in enumerate(zip(sizes, pairs)):
+            if i == plan.ti:
+                shape.append(0)
+            elif plan.kind == "conv":
+                shape.append(conv_output_size(n, plan.k[i], plan.s[i], plan.d[i], lo, hi))
+            else:
+                shape.append(pool_output_size(n, plan.k[i], plan.s[i], plan.d[i], lo, hi, ceil))
+        return x.new_zeros(shape)
+
+    # ------------------------------------------------------------------ checks and export
+
+    def verify(
+        self,
+        x: Tensor,
+        chunk_sizes: Sequence[int],
+        *,
+        rtol: float = 1e-5,
+        atol: float = 1e-5,
+    ) -> float:
+        """Stream ``x`` in chunks of ``chunk_sizes`` and compare with ``model(x)``.
+
+        Returns the largest absolute difference; raises :class:`padkit.PaddingError` when
+        the shapes differ or a value differs by more than ``atol + rtol * |full|`` (for
+        instance when two added branches emit their samples at different times).
+        """
+        self._check_chunk(x, "verify(): x")
+        dim = self.axis if self.axis >= 0 else x.dim() + self.axis
+        sizes = [int(c) for c in chunk_sizes]
+        if any(c < 0 for c in sizes) or sum(sizes) != x.shape[dim]:
+            raise PaddingError(
+                f"verify(): chunk_sizes must be non-negative and sum to the time length "
+                f"{x.shape[dim]}, got {list(chunk_sizes)!r}"
+            )
+        with torch.no_grad():
+            full = self.model(x)
+            state = self.init_state(example=x.narrow(dim, 0, 1))
+            outs = []
+            for chunk in torch.split(x, sizes, dim=dim):
+                y, state = self.step(chunk, state)
+                outs.append(y)
+        if not isinstance(full, Tensor):
+            raise TypeError(f"verify(): the model must return a Tensor, got {type(full).__name__}")
+        odim = self.axis if self.axis >= 0 else full.dim() + self.axis
+        try:
+            streamed = torch.cat(outs, dim=odim)
+        except RuntimeError as err:
+            raise PaddingError(f"verify(): the streamed chunks do not concatenate: {err}") from None
+        if streamed.shape != full.shape:
+            raise PaddingError(
+                f"verify(): streaming gave shape {tuple(streamed.shape)}, the full run "
+                f"{tuple(full.shape)} (do added branches emit at different times?)"
+            )
+        diff = (streamed - full).abs()
+        worst = float(diff.max()) if diff.numel() else 0.0
+        bad = diff > atol + rtol * full.abs()
+        if bool(bad.any()):
+            first = int(bad.nonzero()[0][odim])
+            raise PaddingError(
+                f"verify(): streaming differs from the full run by up to {worst:.3g}, first at "
+                f"output step {first}"
+            )
+        return worst
+
+    def step_module(self, example: Tensor, state: StreamState | None = None) -> StreamingStep:
+        """A module computing one step for chunks shaped like ``example``, for export.
+
+        ``forward(chunk, *state_values) -> (output, *new_state_values)``, the values in the
+        order of :attr:`StreamingStep.state_names`. The time phase of every strided layer is
+        fixed at export, so the module serves any number of steps of this chunk length when
+        that length is a multiple of each layer's stride (as seen at that layer); raises
+        :class:`padkit.PaddingError` otherwise. ``state`` (default: a fresh one) sets the
+        phase; layers without left padding need a warm-up step before export.
+        """
+        self._check_chunk(example, "step_module(): example")
+        if state is None:
+            state = self.init_state(example=example)
+        ctx = _Context(state_in=state, record={})
+        with torch.no_grad():
+            self._run(torch.zeros_like(example), ctx)
+        assert ctx.record is not None
+        for name, (pos, length) in ctx.record.items():
+            plan = self._plans[name]
+            if plan.offset(pos) != plan.offset(pos + length) or plan.outputs(
+                pos, length
+            ) != plan.outputs(pos + length, length):
+                raise PaddingError(
+                    f"step_module(): {name!r} (stride {plan.stride}) gets {length} samples per "
+                    f"step after {pos}: its phase changes from step to step, so one exported "
+                    "graph cannot serve every step. Use a chunk length that is a multiple of "
+                    "the model's total stride"
+                    + (
+                        ", and run a warm-up step() before exporting (the layer has no left "
+                        "padding)"
+                        if plan.lo < plan.k_eff - plan.stride
+                        else ""
+                    )
+                )
+        static = {name: pos for name, (pos, _) in ctx.record.items()}
+        names = sorted(state)
+        return StreamingStep(self, names, static)
+
+
+class StreamingStep(nn.Module):
+    """One streaming step with a fixed chunk shape and the state as explicit tensors.
+
+    Made by :meth:`StreamingModule.step_module`; it exists to be exported (ONNX, or
+    ``torch.export``) with the state as graph inputs and outputs.
+
+    Shape:
+        - Input: ``chunk`` of the example's shape, then one tensor per state entry, in the
+          order of :attr:`state_names`.
+        - Output: ``(output, *new_state)``, the new state in the same order.
+
+    Example:
+        >>> import padkit.nn as pn
+        >>> stream = StreamingModule(pn.Conv1d(2, 3, 3, stride=2, padding="causal"))
+        >>> step = stream.step_module(torch.zeros(1, 2, 4))
+        >>> step.state_names
+        ['<model>.buf', '<model>.pos']
+        >>> state = stream.init_state(1)
+        >>> out, *values = step(torch.ones(1, 2, 4), *[state[k] for k in step.state_names])
+        >>> out.shape
+        torch.Size([1, 3, 2])
+    """
+
+    def __init__(self, stream: StreamingModule, names: list[str], static: dict[str, int]) -> None:
+        super().__init__()
+        self.stream = stream
+        self.state_names = list(names)
+        self._static = dict(static)
+        self.train(stream.model.training)
+
+    def forward(self, chunk: Tensor, *state: Tensor) -> tuple[Tensor, ...]:
+        if len(state) != len(self.state_names):
+            raise PaddingError(
+                f"StreamingStep: expected {len(self.state_names)} state tensors "
+                f"({self.state_names}), got {len(state)}"
+            )
+        ctx = _Context(state_in=dict(zip(self.state_names, state)), static_pos=self._static)
+        out = self.stream._run(chunk, ctx)
+        if not isinstance(out, Tensor):
+            raise TypeError(
+                f"StreamingStep: the model must return a Tensor to export, got {type(out).__name__}"
+            )
+        new = dict(ctx.state_in)
+        new.update(ctx.state_out)
+        return (out, *[new[k] for k in self.state_names])
