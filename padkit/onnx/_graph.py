@@ -1,0 +1,526 @@
+"""Build a ``torch.fx.GraphModule`` from an ONNX graph, node by node.
+
+Every ONNX value becomes either a :class:`Const` (a tensor known at import time:
+initializers, ``Constant`` nodes, and anything computed only from those, which is
+folded eagerly) or an ``fx.Node`` (a value that depends on the graph inputs).
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+import os
+import re
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeAlias
+
+import torch
+from torch import fx, nn
+
+from ._errors import OnnxImportError, UnsupportedOnnxError
+from ._registry import find_converter
+
+__all__ = ["Const", "NodeContext", "Value", "load"]
+
+
+@dataclass(frozen=True, eq=False)
+class Const:
+    """A value known at import time."""
+
+    tensor: torch.Tensor
+
+
+Value: TypeAlias = Const | fx.Node
+
+# ONNX TensorProto element types -> torch dtypes
+ONNX_DTYPES: dict[int, torch.dtype] = {
+    1: torch.float32,
+    2: torch.uint8,
+    3: torch.int8,
+    4: torch.uint16,
+    5: torch.int16,
+    6: torch.int32,
+    7: torch.int64,
+    9: torch.bool,
+    10: torch.float16,
+    11: torch.float64,
+    12: torch.uint32,
+    13: torch.uint64,
+    16: torch.bfloat16,
+}
+_DEFAULT_DOMAINS = ("", "ai.onnx")
+_INFER_MAX_ELEMENTS = 4096
+
+
+def onnx_dtype(code: int, what: str) -> torch.dtype:
+    """The torch dtype of an ONNX element type, or raise."""
+    if code not in ONNX_DTYPES:
+        raise UnsupportedOnnxError([(what, 0, 1, f"element type {code} has no torch dtype")])
+    return ONNX_DTYPES[code]
+
+
+def tensor_from_proto(proto: Any) -> torch.Tensor:
+    """A torch tensor (a copy) from an ONNX ``TensorProto``."""
+    from onnx import numpy_helper
+
+    array = numpy_helper.to_array(proto)
+    if array.dtype.kind in "OUS":
+        raise OnnxImportError(f"tensor {proto.name!r} holds strings, which torch cannot represent")
+    if proto.data_type == 16:  # bfloat16 arrives as a numpy-incompatible dtype
+        return torch.tensor(array.astype("float32")).to(torch.bfloat16)
+    return torch.from_numpy(array.copy())
+
+
+class _Poisoned:
+    """The output of a node that failed to convert (its consumers are skipped)."""
+
+
+_POISON = _Poisoned()
+
+
+class NodeContext:
+    """What a converter sees of one ONNX node, and how it emits torch code.
+
+    ``inputs`` holds a :data:`Value` per ONNX input (None for an omitted optional input).
+    ``call`` and ``module`` emit a call, or run it at once when every value argument is a
+    :class:`Const` (constant folding).
+    """
+
+    def __init__(self, builder: GraphBuilder, node: Any, version: int, inputs: list[Any]):
+        self.builder = builder
+        self.node = node
+        self.op_type: str = node.op_type
+        self.version = version
+        self.inputs: list[Value | None] = inputs
+        self.attrs: dict[str, Any] = {}
+        from onnx import helper
+
+        for attr in node.attribute:
+            value = helper.get_attribute_value(attr)
+            if isinstance(value, bytes):
+                value = value.decode()
+            self.attrs[attr.name] = value
+
+    # ---------------------------------------------------------------- inputs and attrs
+
+    @property
+    def name(self) -> str:
+        """A readable name for error messages."""
+        label = self.node.name or (self.node.output[0] if self.node.output else "?")
+        return f"{self.op_type}-{self.version} node {label!r}"
+
+    @property
+    def n_outputs(self) -> int:
+        """How many outputs the node declares (trailing empty names excluded)."""
+        outs = list(self.node.output)
+        while outs and not outs[-1]:
+            outs.pop()
+        return len(outs)
+
+    def output_used(self, i: int) -> bool:
+        """Whether output ``i`` is declared with a non-empty name."""
+        return i < len(self.node.output) and bool(self.node.output[i])
+
+    def input(self, i: int) -> Value | None:
+        """Input ``i``, or None when it is omitted."""
+        return self.inputs[i] if i < len(self.inputs) else None
+
+    def required(self, i: int) -> Value:
+        """Input ``i``, which must be present."""
+        value = self.input(i)
+        if value is None:
+            raise OnnxImportError(f"{self.name}: input {i} is required but missing")
+        return value
+
+    def const(self, i: int, what: str) -> torch.Tensor | None:
+        """Input ``i`` as a tensor known at import time (None when omitted), or raise."""
+        value = self.input(i)
+        if value is None:
+            return None
+        if not isinstance(value, Const):
+            raise self.unsupported(
+                f"input {i} ({what}) must be a constant (an initializer, a Constant node or "
+                "computed from those), got a value that depends on the graph inputs"
+            )
+        return value.tensor
+
+    def attr(self, name: str, default: Any = None) -> Any:
+        """Attribute ``name`` (decoded), or ``default``."""
+        return self.attrs.get(name, default)
+
+    def ints(self, name: str, default: Sequence[int] | None = None) -> list[int] | None:
+        """An ``ints`` attribute as a list (``default`` when absent)."""
+        value = self.attrs.get(name)
+        if value is None:
+            return None if default is None else list(default)
+        return [int(v) for v in value]
+
+    def unsupported(self, reason: str) -> UnsupportedOnnxError:
+        """An error saying this node uses something the importer does not implement."""
+        label = self.node.name or (self.node.output[0] if self.node.output else "?")
+        return UnsupportedOnnxError([(self.op_type, self.version, 1, f"{label!r}: {reason}")])
+
+    def error(self, message: str) -> OnnxImportError:
+        """An error for a malformed node."""
+        return OnnxImportError(f"{self.name}: {message}")
+
+    def static_shape(self, value: Value | None) -> tuple[int | None, ...] | None:
+        """The shape of ``value`` where known at import time (dims may be None)."""
+        if value is None:
+            return None
+        if isinstance(value, Const):
+            return tuple(int(v) for v in value.tensor.shape)
+        return self.builder.shapes.get(value)
+
+    def static_rank(self, value: Value | None) -> int | None:
+        """The rank of ``value`` where known at import time."""
+        shape = self.static_shape(value)
+        return None if shape is None else len(shape)
+
+    # ---------------------------------------------------------------- emitting
+
+    def call(self, fn: Callable[..., Any], *args: Any, n_out: int = 0, **kwargs: Any) -> Any:
+        """Emit ``fn(*args, **kwargs)`` (folded when every value argument is constant).
+
+        With ``n_out`` > 0 the call returns a tuple and this returns a list of values.
+        """
+        return self.builder.emit("call_function", fn, args, kwargs, n_out)
+
+    def module(self, mod: nn.Module, *args: Any, n_out: int = 0, fold: bool = True) -> Any:
+        """Emit a call of submodule ``mod`` (folded when every argument is constant)."""
+        return self.builder.emit_module(mod, self.op_type, self.node.name, args, n_out, fold)
+
+
+class GraphBuilder:
+    """Owns the fx graph, the root module and the ONNX name -> value table."""
+
+    def __init__(self) -> None:
+        self.graph = fx.Graph()
+        self.root = nn.Module()
+        self.values: dict[str, Any] = {}
+        self.shapes: dict[fx.Node, tuple[int | None, ...]] = {}
+        self._const_nodes: dict[int, fx.Node] = {}
+        self._const_keep: list[torch.Tensor] = []
+        self._names: set[str] = set()
+
+    def attr_name(self, hint: str) -> str:
+        """A fresh attribute name on the root module, derived from ``hint``."""
+        base = re.sub(r"\W", "_", hint).strip("_") or "node"
+        if base[0].isdigit():
+            base = "n_" + base
+        name, i = base, 1
+        while name in self._names or hasattr(self.root, name):
+            i += 1
+            name = f"{base}_{i}"
+        self._names.add(name)
+        return name
+
+    def materialize(self, value: Value) -> fx.Node:
+        """The fx node of a value (a constant becomes a buffer on the root)."""
+        if not isinstance(value, Const):
+            return value
+        key = id(value.tensor)
+        if key not in self._const_nodes:
+            name = self.attr_name("const")
+            self.root.register_buffer(name, value.tensor)
+            self._const_keep.append(value.tensor)
+            node = self.graph.get_attr(name)
+            self._const_nodes[key] = node
+            self.shapes[node] = tuple(int(v) for v in value.tensor.shape)
+        return self._const_nodes[key]
+
+    def _map(self, obj: Any, fold: bool) -> Any:
+        if isinstance(obj, Const):
+            return obj.tensor if fold else self.materialize(obj)
+        if isinstance(obj, (list, tuple)):
+            return type(obj)(self._map(o, fold) for o in obj)
+        if isinstance(obj, dict):
+            return {k: self._map(v, fold) for k, v in obj.items()}
+        return obj
+
+    @staticmethod
+    def _has_node(obj: Any) -> bool:
+        if isinstance(obj, fx.Node):
+            return True
+        if isinstance(obj, (list, tuple)):
+            return any(GraphBuilder._has_node(o) for o in obj)
+        if isinstance(obj, dict):
+            return any(GraphBuilder._has_node(v) for v in obj.values())
+        return False
+
+    def _wrap(self, result: Any, n_out: int) -> Any:
+        if n_out:
+            return [Const(r) if isinstance(r, torch.Tensor) else r for r in result]
+        return Const(result) if isinstance(result, torch.Tensor) else result
+
+    def _outputs(self, node: fx.Node, n_out: int) -> Any:
+        if not n_out:
+            return node
+        return [self.graph.call_function(operator.getitem, (node, i)) for i in range(n_out)]
+
+    def emit(
+        self, kind: str, target: Any, args: tuple[Any, ...], kwargs: dict[str, Any], n_out: int
+    ) -> Any:
+        if not self._has_node((args, kwargs)):
+            with torch.no_grad():
+                result = target(*self._map(args, True), **self._map(kwargs, True))
+            return self._wrap(result, n_out)
+        node = self.graph.create_node(
+            kind, target, self._map(args, False), self._map(kwargs, False)
+        )
+        return self._outputs(node, n_out)
+
+    def emit_module(
+        self,
+        mod: nn.Module,
+        op_type: str,
+        node_name: str,
+        args: tuple[Any, ...],
+        n_out: int,
+        fold: bool,
+    ) -> Any:
+        if fold and not self._has_node(args):
+            with torch.no_grad():
+                result = mod.eval()(*self._map(args, True))
+            return self._wrap(result, n_out)
+        name = self.attr_name(node_name or op_type.lower())
+        self.root.add_module(name, mod)
+        node = self.graph.call_module(name, self._map(args, False))
+        return self._outputs(node, n_out)
+
+
+# ----------------------------------------------------------------------------- loading
+
+
+def _read_model(model: Any) -> Any:
+    import onnx
+
+    if isinstance(model, onnx.ModelProto):
+        return model
+    if isinstance(model, (bytes, bytearray)):
+        return onnx.load_model_from_string(bytes(model))
+    if isinstance(model, (str, os.PathLike)):
+        return onnx.load(os.fspath(model))
+    raise TypeError(
+        f"model must be a path (str or os.PathLike), bytes or an onnx.ModelProto, got "
+        f"{type(model).__name__}"
+    )
+
+
+def _static_shapes(model: Any) -> dict[str, tuple[int | None, ...]]:
+    """Value name -> shape from ONNX shape inference (unknown dims as None)."""
+    import onnx
+    from onnx import helper
+
+    # big initializers travel as typed inputs: inference needs their shapes, not their data
+    graph = model.graph
+    declared = {i.name for i in graph.input}
+    small, extra = [], []
+    for init in graph.initializer:
+        if len(init.dims) and int(math.prod(init.dims)) > _INFER_MAX_ELEMENTS:
+            if init.name not in declared:
+                extra.append(helper.make_tensor_value_info(init.name, init.data_type, init.dims))
+        else:
+            small.append(init)
+    light = helper.make_model(
+        helper.make_graph(
+            graph.node,
+            graph.name,
+            [*graph.input, *extra],
+            graph.output,
+            initializer=small,
+            value_info=graph.value_info,
+        ),
+        opset_imports=model.opset_import,
+        ir_version=max(model.ir_version, 4),
+    )
+    try:
+        inferred = onnx.shape_inference.infer_shapes(light, strict_mode=False)
+    except Exception:  # shape inference is an optimisation; conversion works without it
+        inferred = light
+    shapes: dict[str, tuple[int | None, ...]] = {}
+    graph = inferred.graph
+    for info in [*graph.input, *graph.value_info, *graph.output]:
+        ttype = info.type.tensor_type
+        if not info.type.HasField("tensor_type") or not ttype.HasField("shape"):
+            continue
+        shapes[info.name] = tuple(
+            d.dim_value if d.HasField("dim_value") else None for d in ttype.shape.dim
+        )
+    return shapes
+
+
+def _opset(model: Any) -> int:
+    import onnx
+
+    for entry in model.opset_import:
+        if entry.domain in _DEFAULT_DOMAINS:
+            return int(entry.version)
+    if not model.opset_import:
+        return int(onnx.defs.onnx_opset_version())
+    raise OnnxImportError(
+        "the model imports no ai.onnx opset (opset_import lists "
+        + ", ".join(f"{e.domain or 'ai.onnx'}:{e.version}" for e in model.opset_import)
+        + ")"
+    )
+
+
+def _schema_version(op_type: str, domain: str, opset: int) -> int | None:
+    import onnx
+
+    if domain not in _DEFAULT_DOMAINS:
+        return None
+    try:
+        schema = onnx.defs.get_schema(op_type, opset, "")
+    except Exception:  # onnx raises SchemaError (not exported everywhere) for unknown ops
+        return None
+    return int(schema.since_version)
+
+
+def _check_supported(model: Any, opset: int) -> list[int]:
+    """Schema version per node; raises one error listing every unsupported operator."""
+    versions: list[int] = []
+    missing: Counter[tuple[str, int, str]] = Counter()
+    for node in model.graph.node:
+        version = _schema_version(node.op_type, node.domain, opset)
+        op = node.op_type if node.domain in _DEFAULT_DOMAINS else f"{node.domain}::{node.op_type}"
+        if version is None:
+            reason = (
+                "operator from a non-default domain"
+                if node.domain not in _DEFAULT_DOMAINS
+                else f"no such operator in ai.onnx opset {opset}"
+            )
+            missing[(op, opset, reason)] += 1
+            versions.append(0)
+            continue
+        if find_converter(node.op_type, version) is None:
+            missing[(op, version, "")] += 1
+        versions.append(version)
+    if missing:
+        raise UnsupportedOnnxError(
+            [(op, v, count, reason) for (op, v, reason), count in sorted(missing.items())]
+        )
+    return versions
+
+
+def build(model: Any) -> fx.GraphModule:
+    """Convert a loaded ``onnx.ModelProto`` (see :func:`padkit.onnx.load`)."""
+    from . import _ops_nn, _ops_tensor  # noqa: F401  (registration side effects)
+
+    opset = _opset(model)
+    if opset < 7:
+        raise UnsupportedOnnxError(
+            [("opset", opset, 1, "ai.onnx opsets before 7 are not supported")]
+        )
+    versions = _check_supported(model, opset)
+    graph = model.graph
+    shapes = _static_shapes(model)
+    b = GraphBuilder()
+    for init in graph.initializer:
+        b.values[init.name] = Const(tensor_from_proto(init))
+    for sparse in graph.sparse_initializer:
+        raise UnsupportedOnnxError(
+            [("sparse_initializer", opset, 1, f"{sparse.values.name!r} is sparse")]
+        )
+    for inp in graph.input:
+        if inp.name in b.values:
+            continue  # an initializer listed as input (IR < 4): a constant
+        ph = b.graph.placeholder(re.sub(r"\W", "_", inp.name) or "input")
+        b.values[inp.name] = ph
+        if inp.name in shapes:
+            b.shapes[ph] = shapes[inp.name]
+    failures: Counter[tuple[str, int, str]] = Counter()
+    for node, version in zip(graph.node, versions):
+        inputs: list[Any] = []
+        skip = False
+        for name in node.input:
+            if not name:
+                inputs.append(None)
+                continue
+            if name not in b.values:
+                raise OnnxImportError(
+                    f"{node.op_type} node {node.name or node.output[0]!r} reads {name!r}, which "
+                    "no initializer, graph input or earlier node defines (is the graph "
+                    "topologically sorted?)"
+                )
+            value = b.values[name]
+            if value is _POISON:
+                skip = True
+            inputs.append(value)
+        if skip:
+            outs: list[Any] = [_POISON] * len(node.output)
+        else:
+            ctx = NodeContext(b, node, version, inputs)
+            converter = find_converter(node.op_type, version)
+            if converter is None:  # pragma: no cover - _check_supported raised already
+                raise UnsupportedOnnxError([(node.op_type, version, 1, "")])
+            try:
+                outs = list(converter(ctx))
+            except UnsupportedOnnxError as err:
+                for op, v, _count, reason in err.unsupported:
+                    failures[(op, v, reason)] += 1
+                outs = [_POISON] * len(node.output)
+        for i, name in enumerate(node.output):
+            if not name:
+                continue
+            if i >= len(outs) or outs[i] is None:
+                raise OnnxImportError(
+                    f"{node.op_type} node {node.name or name!r}: output {i} ({name!r}) is used "
+                    "but the importer does not produce it"
+                )
+            b.values[name] = outs[i]
+            if isinstance(outs[i], fx.Node) and name in shapes:
+                b.shapes[outs[i]] = shapes[name]
+    if failures:
+        raise UnsupportedOnnxError(
+            [(op, v, count, reason) for (op, v, reason), count in sorted(failures.items())]
+        )
+    results = []
+    for out in graph.output:
+        if out.name not in b.values:
+            raise OnnxImportError(f"graph output {out.name!r} is never computed")
+        results.append(b.materialize(b.values[out.name]))
+    b.graph.output(results[0] if len(results) == 1 else tuple(results))
+    module = fx.GraphModule(b.root, b.graph, class_name="OnnxModule")
+    return module.eval()
+
+
+def load(model: Any) -> fx.GraphModule:
+    """Import an ONNX model as a ``torch.fx.GraphModule`` built from padkit layers.
+
+    The module takes the graph's inputs (those without an initializer) positionally, in
+    graph order, and returns its single output, or a tuple of outputs. Conv, pooling and
+    ``Pad`` nodes become :mod:`padkit.nn` layers with exact ONNX padding (``pads``,
+    ``auto_pad``, ``ceil_mode``, ``count_include_pad``, dilations, ``output_shape``);
+    values computable at import time (initializers, ``Constant``, ``Shape`` of a
+    statically shaped tensor, ...) are folded. The module is returned in eval mode.
+
+    Args:
+        model: a path, the serialized bytes, or an ``onnx.ModelProto``.
+
+    Raises:
+        UnsupportedOnnxError: the model uses operators or attributes the importer does not
+            implement; the message lists each one with its opset and node count.
+        OnnxImportError: the model is malformed.
+        TypeError: ``model`` has a wrong type.
+
+    Example:
+        >>> import torch
+        >>> from onnx import TensorProto, helper
+        >>> node = helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=[2], pads=[0, 1])
+        >>> graph = helper.make_graph(
+        ...     [node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, 4])],
+        ...     [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+        >>> module = load(helper.make_model(graph))
+        >>> module(torch.tensor([[[1.0, 3.0, 2.0, 4.0]]]))
+        tensor([[[3., 3., 4., 4.]]])
+    """
+    try:
+        import onnx  # noqa: F401
+    except ImportError as err:  # pragma: no cover - depends on the environment
+        raise ImportError(
+            "padkit.onnx.load needs the 'onnx' package: pip install 'padkit[onnx]'"
+        ) from err
+    return build(_read_model(model))

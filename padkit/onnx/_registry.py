@@ -1,0 +1,58 @@
+"""The converter registry: ONNX op type -> function that emits torch code for one node.
+
+A converter is registered for the ``ai.onnx`` operator versions it understands
+(``since`` = the first schema version it handles). At load time the importer asks
+``onnx.defs`` which schema version is in force for the model's opset and picks the
+converter registered for the newest ``since`` not above it; the converter still sees
+that exact version as ``ctx.version`` to read version-dependent attributes and inputs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, TypeVar
+
+if TYPE_CHECKING:
+    from ._graph import NodeContext, Value
+
+__all__ = ["CONVERTERS", "Converter", "find_converter", "register", "supported_ops"]
+
+Converter = Callable[["NodeContext"], "list[Value | None]"]
+F = TypeVar("F", bound=Converter)
+
+#: op type -> list of (since version, converter), sorted by version.
+CONVERTERS: dict[str, list[tuple[int, Converter]]] = {}
+
+
+def register(*op_types: str, since: int = 1) -> Callable[[F], F]:
+    """Register a converter for ``op_types`` from schema version ``since`` on."""
+
+    def wrap(fn: F) -> F:
+        for op in op_types:
+            entries = CONVERTERS.setdefault(op, [])
+            entries.append((since, fn))
+            entries.sort(key=lambda e: e[0])
+        return fn
+
+    return wrap
+
+
+def find_converter(op_type: str, version: int) -> Converter | None:
+    """The converter for ``op_type`` at schema version ``version``, or None."""
+    best = None
+    for since, fn in CONVERTERS.get(op_type, []):
+        if since <= version:
+            best = fn
+    return best
+
+
+def supported_ops() -> tuple[str, ...]:
+    """The ``ai.onnx`` op types the importer converts, sorted.
+
+    Example:
+        >>> "Conv" in supported_ops() and "Pad" in supported_ops()
+        True
+    """
+    from . import _ops_nn, _ops_tensor  # noqa: F401  (registration side effects)
+
+    return tuple(sorted(CONVERTERS))
