@@ -256,8 +256,9 @@ class _Plan:
 
     @property
     def history(self) -> int:
-        """Samples of the padded input stream the layer keeps between chunks."""
-        return self.k_eff - 1
+        """Samples of the padded input stream the layer keeps between chunks: ``k_eff - 1``,
+        or the whole left pad if that is longer (windows made of padding only)."""
+        return max(self.k_eff - 1, self.lo)
 
     @property
     def stateless(self) -> bool:
@@ -267,11 +268,15 @@ class _Plan:
         """Where, in ``history ++ chunk``, the next output window starts, after ``pos`` input
         samples (may exceed ``history`` when the kernel is shorter than the stride)."""
         n_prev = self.lo + pos  # samples of the padded stream seen so far
-        done = 0 if n_prev < self.k_eff else (n_prev - self.k_eff) // self.stride + 1
+        # windows made of padding only (lo >= k_eff) come out with the first sample
+        started = pos > 0 and n_prev >= self.k_eff
+        done = (n_prev - self.k_eff) // self.stride + 1 if started else 0
         return done * self.stride - n_prev + self.history
 
     def outputs(self, pos: int, length: int) -> int:
         """How many outputs a chunk of ``length`` samples completes after ``pos`` samples."""
+        if length == 0 and pos == 0:
+            return 0
         avail = self.history + length - self.offset(pos)
         return 0 if avail < self.k_eff else (avail - self.k_eff) // self.stride + 1
 
@@ -420,7 +425,8 @@ class StreamingModule(nn.Module):
     stride block is complete).
 
     The state is a flat ``dict`` of plain tensors, keyed ``"<layer name>.buf"`` (the last
-    ``dilation*(kernel-1)`` samples of the layer's padded input, shape ``(N, C, ...)``) and
+    ``dilation*(kernel-1)`` samples of the layer's padded input stream, shape
+    ``(N, C, ...)``, the time axis ``dilation*(kernel-1)`` long) and
     ``"<layer name>.pos"`` (an int64 count of samples seen): save it with ``torch.save``,
     move it with ``{k: v.to(device) for k, v in state.items()}``, start over with
     :meth:`init_state`. :meth:`step` never modifies the state it is given.
@@ -962,6 +968,40 @@ class StreamingModule(nn.Module):
         static = {name: pos for name, (pos, _) in ctx.record.items()}
         names = sorted(state)
         return StreamingStep(self, names, static)
+
+    def export_onnx(
+        self,
+        path: str,
+        example: Tensor,
+        state: StreamState | None = None,
+        **kwargs: Any,
+    ) -> list[str]:
+        """Export one step (see :meth:`step_module`) to ONNX with the state as explicit
+        inputs and outputs.
+
+        The graph's inputs are ``chunk`` and ``state_in.<key>``, its outputs ``output`` and
+        ``state_out.<key>``, the keys in the order returned. Keyword arguments go to
+        ``torch.onnx.export`` (``dynamo=True`` unless given; ``opset_version``, ...). Run it
+        by feeding each step's ``state_out.*`` back as the next step's ``state_in.*``,
+        starting from :meth:`init_state`.
+
+        Returns:
+            The state keys, in graph order.
+        """
+        step = self.step_module(example, state)
+        start = state if state is not None else self.init_state(example=example)
+        args = (torch.zeros_like(example), *[start[k] for k in step.state_names])
+        kwargs.setdefault("dynamo", True)
+        kwargs.setdefault("verbose", False)
+        torch.onnx.export(
+            step,
+            args,
+            path,
+            input_names=["chunk", *[f"state_in.{k}" for k in step.state_names]],
+            output_names=["output", *[f"state_out.{k}" for k in step.state_names]],
+            **kwargs,
+        )
+        return list(step.state_names)
 
 
 class StreamingStep(nn.Module):

@@ -1,0 +1,624 @@
+"""padkit.streaming: chunked runs equal the full-sequence run of the same model.
+
+Every check feeds a sequence in chunks (random sizes from hypothesis, including empty chunks,
+one-sample chunks and chunks shorter than a stride) and compares the concatenated outputs
+with ``model(x)`` on the whole sequence. The export tests run the exported step in
+onnxruntime, threading the state by hand; the CausalConvWithState test runs the ONNX
+opset-27 operator's reference implementation (and onnxruntime's kernel).
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Callable, Sequence
+
+import pytest
+import torch
+import torch.nn.functional as F
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from torch import Tensor, nn
+from torch.nn.utils.parametrizations import weight_norm
+
+import padkit.nn as pn
+from padkit import PaddingError
+from padkit.streaming import StreamingModule
+
+torch.set_num_threads(1)
+
+
+def chunkings(n: int, max_cuts: int = 8) -> st.SearchStrategy[list[int]]:
+    """Chunk sizes summing to ``n``; zeros allowed."""
+    cuts = st.lists(st.integers(0, n), max_size=max_cuts)
+    return cuts.map(lambda c: [b - a for a, b in zip([0, *sorted(c)], [*sorted(c), n])])
+
+
+def stream(sm: StreamingModule, x: Tensor, sizes: Sequence[int], dim: int = -1) -> list[Tensor]:
+    state = sm.init_state(example=x.narrow(dim, 0, 1))
+    outs = []
+    with torch.no_grad():
+        for chunk in torch.split(x, list(sizes), dim=dim):
+            y, state = sm.step(chunk, state)
+            outs.append(y)
+    return outs
+
+
+def assert_streams(
+    model: nn.Module, x: Tensor, sizes: Sequence[int], axis: int = -1, **kw: float
+) -> list[Tensor]:
+    sm = StreamingModule(model, axis=axis)
+    with torch.no_grad():
+        full = model(x)
+    outs = stream(sm, x, sizes, axis)
+    got = torch.cat(outs, dim=axis)
+    assert got.shape == full.shape
+    torch.testing.assert_close(got, full, rtol=kw.get("rtol", 1e-5), atol=kw.get("atol", 1e-6))
+    return outs
+
+
+# ----------------------------------------------------------------------------- single layers
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    k=st.integers(1, 5),
+    s=st.integers(1, 4),
+    d=st.integers(1, 3),
+    rule=st.sampled_from(["causal", "causal_block", "valid", "lo2", "lo7"]),
+    data=st.data(),
+)
+def test_conv1d_any_chunking_and_no_extra_latency(
+    k: int, s: int, d: int, rule: str, data: st.DataObject
+) -> None:
+    k_eff = d * (k - 1) + 1
+    if rule == "causal_block" and k_eff < s:
+        return
+    padding = ((int(rule[2:]), 0),) if rule.startswith("lo") else rule
+    conv = pn.Conv1d(2, 3, k, stride=s, dilation=d, padding=padding, groups=1).eval()
+    n = data.draw(st.integers(k_eff + s, 30), label="n")
+    sizes = data.draw(chunkings(n), label="sizes")
+    x = torch.randn(2, 2, n)
+    outs = assert_streams(conv, x, sizes)
+    # each output comes out with the chunk that completes its window: the outputs so far
+    # equal the full run on the prefix seen so far
+    seen = 0
+    done = 0
+    for size, out in zip(sizes, outs):
+        seen += size
+        done += out.shape[-1]
+        lo = conv.resolved_padding()[0][0]
+        expect = 0 if seen == 0 or seen + lo < k_eff else (seen + lo - k_eff) // s + 1
+        assert done == expect
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    kind=st.sampled_from(["max", "avg", "avg_excl", "lp"]),
+    k=st.integers(1, 4),
+    s=st.integers(1, 3),
+    d=st.integers(1, 2),
+    rule=st.sampled_from(["causal", "causal_block"]),
+    data=st.data(),
+)
+def test_pools_any_chunking(
+    kind: str, k: int, s: int, d: int, rule: str, data: st.DataObject
+) -> None:
+    k_eff = d * (k - 1) + 1
+    if rule == "causal_block" and k_eff < s:
+        return
+    pool: nn.Module
+    if kind == "max":
+        pool = pn.MaxPool1d(k, s, padding=rule, dilation=d)
+    elif kind == "lp":
+        pool = pn.LPPool1d(2, k, s, padding=rule, dilation=d)
+    else:
+        pool = pn.AvgPool1d(k, s, padding=rule, dilation=d, count_include_pad=(kind == "avg"))
+    n = data.draw(st.integers(k_eff + s, 25), label="n")
+    x = torch.randn(1, 3, n).abs() if kind == "lp" else torch.randn(1, 3, n)
+    assert_streams(pool, x, data.draw(chunkings(n), label="sizes"))
+
+
+def test_plain_torch_layers_stream() -> None:
+    """torch's own convs and pools with no time padding (pointwise, valid, strided)."""
+    model = nn.Sequential(
+        nn.Conv1d(2, 4, 1),
+        nn.Conv1d(4, 4, 3),  # valid: delayed, still exact
+        nn.MaxPool1d(2),
+        nn.AvgPool1d(3, 1),
+        nn.LPPool1d(2, 2, 1),
+        nn.Conv1d(4, 2, 1, stride=2),
+    ).eval()
+    x = torch.randn(2, 2, 41)
+    for sizes in ([41], [1] * 41, [3, 0, 7, 1, 1, 29]):
+        assert_streams(model, x, sizes)
+
+
+# ----------------------------------------------------------------------------- whole models
+
+
+class TemporalBlock(nn.Module):
+    """The locuslab/TCN block, with padkit causal convs instead of pad + Chomp1d."""
+
+    def __init__(self, c_in: int, c_out: int, k: int, d: int, dropout: float = 0.1) -> None:
+        super().__init__()
+        self.conv1 = weight_norm(pn.Conv1d(c_in, c_out, k, dilation=d, padding="causal"))
+        self.conv2 = weight_norm(pn.Conv1d(c_out, c_out, k, dilation=d, padding="causal"))
+        self.net = nn.Sequential(nn.ReLU(), nn.Dropout(dropout))
+        self.down = nn.Conv1d(c_in, c_out, 1) if c_in != c_out else None
+        self.relu = nn.ReLU()
+
+    def forward(self, x: Tensor) -> Tensor:
+        y = self.net(self.conv2(self.net(self.conv1(x))))
+        res = x if self.down is None else self.down(x)
+        return self.relu(y + res)
+
+
+class TCN(nn.Module):
+    def __init__(self, c_in: int = 2, hidden: int = 8, levels: int = 4, k: int = 3) -> None:
+        super().__init__()
+        blocks = [TemporalBlock(c_in if i == 0 else hidden, hidden, k, 2**i) for i in range(levels)]
+        self.blocks = nn.ModuleList(blocks)
+        self.head = nn.Linear(hidden, 1)
+
+    def forward(self, x: Tensor) -> Tensor:
+        for block in self.blocks:
+            x = block(x)
+        return self.head(x.transpose(1, 2)).transpose(1, 2)
+
+
+class ResUnit(nn.Module):
+    def __init__(self, c: int, d: int) -> None:
+        super().__init__()
+        self.block = nn.Sequential(
+            nn.ELU(), pn.Conv1d(c, c, 3, dilation=d, padding="causal"), nn.ELU(), pn.Conv1d(c, c, 1)
+        )
+
+    def forward(self, x: Tensor) -> Tensor:
+        return x + self.block(x)
+
+
+def audio_encoder(causal_rule: str = "causal_block") -> nn.Sequential:
+    """A SEANet/EnCodec-style encoder: residual units, strided convs of kernel 2*stride."""
+    layers: list[nn.Module] = [pn.Conv1d(1, 4, 7, padding="causal")]
+    c = 4
+    for stride in (2, 3, 4):
+        layers += [ResUnit(c, 1), ResUnit(c, 3)]
+        layers += [nn.ELU(), pn.Conv1d(c, 2 * c, 2 * stride, stride=stride, padding=causal_rule)]
+        c *= 2
+    layers += [nn.ELU(), pn.Conv1d(c, 5, 3, padding="causal")]
+    return nn.Sequential(*layers)
+
+
+@settings(max_examples=8, deadline=None)
+@given(sizes=chunkings(60, max_cuts=12))
+def test_tcn_with_residual_blocks(sizes: list[int]) -> None:
+    torch.manual_seed(0)
+    model = TCN().eval()
+    assert_streams(model, torch.randn(2, 2, 60), sizes)
+
+
+@settings(max_examples=8, deadline=None)
+@given(sizes=chunkings(96, max_cuts=14), rule=st.sampled_from(["causal", "causal_block"]))
+def test_audio_encoder_strided(sizes: list[int], rule: str) -> None:
+    torch.manual_seed(1)
+    model = audio_encoder(rule).eval()
+    assert_streams(model, torch.randn(1, 1, 96), sizes)
+
+
+def test_audio_encoder_one_sample_at_a_time_is_bit_identical_or_rounding() -> None:
+    torch.manual_seed(2)
+    model = audio_encoder().eval()
+    x = torch.randn(1, 1, 72)
+    outs = assert_streams(model, x, [1] * 72)
+    # total stride 24: an output every 24 samples, on the chunk that ends its block
+    assert [i for i, o in enumerate(outs) if o.shape[-1]] == [24 * t + 23 for t in range(3)]
+
+
+class CausalVideo(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        same3 = ("causal", "same", "same")
+        self.stem = pn.Conv3d(3, 4, 3, padding=same3, padding_mode=("replicate", "zeros", "zeros"))
+        self.down = pn.Conv3d(
+            4,
+            6,
+            (4, 3, 3),
+            stride=(2, 2, 2),
+            padding=("causal_block", "same", "same"),
+            padding_mode="replicate",
+        )
+        self.norm = nn.BatchNorm3d(6)
+        self.pool = pn.AvgPool3d((2, 3, 3), 1, padding=same3, count_include_pad=False)
+        self.mix = pn.Conv3d(6, 6, (3, 1, 1), dilation=(2, 1, 1), padding="causal")
+
+    def forward(self, x: Tensor) -> Tensor:
+        y = self.norm(self.down(F.silu(self.stem(x))))
+        return y + self.mix(self.pool(y))
+
+
+@settings(max_examples=6, deadline=None)
+@given(sizes=chunkings(11, max_cuts=6))
+def test_video_causal_time_same_space(sizes: list[int]) -> None:
+    torch.manual_seed(3)
+    model = CausalVideo().eval()
+    with torch.no_grad():
+        model.norm.running_mean.uniform_(-1, 1)
+        model.norm.running_var.uniform_(0.5, 2)
+    assert_streams(model, torch.randn(1, 3, 11, 9, 8), sizes, axis=2)
+
+
+def test_spectrogram_conv2d_time_last() -> None:
+    """(N, C, F, T): 'same' at stride 2 over frequency, causal over time (axis=-1)."""
+    model = nn.Sequential(
+        pn.Conv2d(1, 4, 3, stride=(2, 1), padding=("same", "causal")),
+        nn.GELU(),
+        pn.Conv2d(4, 4, (3, 4), stride=(1, 2), padding=("same", "causal_block")),
+        pn.MaxPool2d((2, 3), (2, 1), padding=((0, 0), "causal")),
+    ).eval()
+    x = torch.randn(2, 1, 13, 30)
+    assert_streams(model, x, [5, 1, 0, 2, 9, 13])
+
+
+def test_root_layer_and_empty_first_chunks() -> None:
+    conv = pn.Conv1d(2, 2, 3, stride=2, padding="causal")
+    x = torch.randn(1, 2, 9)
+    outs = assert_streams(conv, x, [0, 0, 1, 0, 8])
+    assert [o.shape[-1] for o in outs] == [0, 0, 1, 0, 4]
+
+
+# ----------------------------------------------------------------------------- the state
+
+
+def test_state_is_plain_tensors_saved_resumed_and_not_mutated() -> None:
+    torch.manual_seed(4)
+    model = TCN().eval()
+    sm = StreamingModule(model)
+    x = torch.randn(1, 2, 40)
+    state = sm.init_state(batch_size=1)
+    assert all(isinstance(v, Tensor) for v in state.values())
+    assert set(state) == {
+        f"blocks.{i}.conv{j}.{w}" for i in range(4) for j in (1, 2) for w in ("buf", "pos")
+    }
+    assert state["blocks.3.conv1.buf"].shape == (1, 8, 2 * 8)
+    with torch.no_grad():
+        a, state = sm.step(x[..., :17], state)
+        before = {k: v.clone() for k, v in state.items()}
+        buffer = io.BytesIO()
+        torch.save(state, buffer)
+        b1, _ = sm.step(x[..., 17:], state)
+        b2, _ = sm.step(x[..., 17:], state)  # the same state again: step does not mutate it
+        assert all(torch.equal(before[k], state[k]) for k in state)
+        buffer.seek(0)
+        loaded = torch.load(buffer, weights_only=True)
+        b3, _ = sm.step(x[..., 17:], {k: v.to("cpu") for k, v in loaded.items()})
+        full = model(x)
+    torch.testing.assert_close(torch.cat([a, b1], -1), full)
+    assert torch.equal(b1, b2) and torch.equal(b1, b3)
+
+
+def test_init_state_from_example_equals_from_batch_size() -> None:
+    sm = StreamingModule(TCN().eval())
+    by_batch = sm.init_state(batch_size=3)
+    by_example = sm.init_state(example=torch.zeros(3, 2, 5))
+    assert by_batch.keys() == by_example.keys()
+    assert all(torch.equal(by_batch[k], by_example[k]) for k in by_batch)
+
+
+def test_state_dtype_and_reset_and_stateful_forward() -> None:
+    torch.manual_seed(5)
+    model = audio_encoder().eval().double()
+    sm = StreamingModule(model)
+    x = torch.randn(1, 1, 50, dtype=torch.float64)
+    with torch.no_grad():
+        full = model(x)
+        for _ in range(2):  # the second pass after reset() starts a new stream
+            outs = [sm(chunk) for chunk in torch.split(x, [7, 1, 13, 29], dim=-1)]
+            torch.testing.assert_close(torch.cat(outs, -1), full, rtol=0, atol=1e-12)
+            assert sm.state is not None
+            assert all(v.dtype in (torch.float64, torch.int64) for v in sm.state.values())
+            sm.reset()
+            assert sm.state is None
+
+
+def test_replicate_first_frame_state_is_filled_by_the_first_sample() -> None:
+    conv = pn.Conv1d(1, 1, 3, padding="causal", padding_mode="replicate", bias=False)
+    sm = StreamingModule(conv)
+    state = sm.init_state(1)
+    x = torch.tensor([[[5.0, 1.0, 2.0]]])
+    with torch.no_grad():
+        _, state = sm.step(x[..., :1], state)
+        assert state["<model>.buf"].flatten().tolist() == [5.0, 5.0]
+        y, state = sm.step(x[..., 1:], state)
+    torch.testing.assert_close(y, conv(x)[..., 1:])
+
+
+def test_verify_catches_branches_that_emit_at_different_times() -> None:
+    class Misaligned(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.main = pn.Conv1d(1, 1, 4, stride=2, padding="causal_block")  # at 2t+1
+            self.skip = pn.Conv1d(1, 1, 1, stride=2)  # at 2t
+
+        def forward(self, x: Tensor) -> Tensor:
+            return self.main(x) + self.skip(x)
+
+    sm = StreamingModule(Misaligned())
+    x = torch.randn(1, 1, 12)
+    assert sm.verify(x, [12]) <= 1e-6
+    with pytest.raises(PaddingError, match="verify"):
+        sm.verify(x, [1] * 12)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_state_moves_between_devices() -> None:
+    torch.manual_seed(6)
+    model = TCN().eval()
+    sm = StreamingModule(model)
+    x = torch.randn(2, 2, 30)
+    with torch.no_grad():
+        full = model(x)
+        a, state = sm.step(x[..., :11], sm.init_state(2))
+        model.cuda()
+        b, state = sm.step(x[..., 11:20].cuda(), {k: v.cuda() for k, v in state.items()})
+        model.cpu()
+        c, _ = sm.step(x[..., 20:], {k: v.cpu() for k, v in state.items()})
+    torch.testing.assert_close(torch.cat([a, b.cpu(), c], -1), full, rtol=1e-4, atol=1e-5)
+
+
+# ----------------------------------------------------------------------------- refusals
+
+
+class Custom(nn.Module):
+    def forward(self, x: Tensor) -> Tensor:
+        return x * torch.sigmoid(x)
+
+
+REFUSED: list[tuple[str, Callable[[], nn.Module], str]] = [
+    ("same conv", lambda: nn.Sequential(pn.Conv1d(1, 1, 3, padding="same")), r"'0'.*right pad"),
+    ("torch pad", lambda: nn.Sequential(nn.Conv1d(1, 1, 3, padding=1)), r"'0'.*\(1, 1\)"),
+    (
+        "reflect time",
+        lambda: pn.Conv1d(1, 1, 3, padding="causal", padding_mode="reflect"),
+        "mode 'reflect'",
+    ),
+    ("group norm", lambda: nn.Sequential(nn.GroupNorm(1, 1)), "GroupNorm '0'"),
+    ("global pool", lambda: nn.Sequential(nn.AdaptiveAvgPool1d(1)), "AdaptiveAvgPool1d '0'"),
+    ("transposed", lambda: nn.Sequential(nn.ConvTranspose1d(1, 1, 2)), "ConvTranspose1d"),
+    ("lstm", lambda: nn.Sequential(nn.LSTM(1, 1)), "LSTM '0'"),
+    ("flatten", lambda: nn.Sequential(nn.Flatten()), "Flatten '0'"),
+    ("pad module", lambda: nn.Sequential(nn.ConstantPad1d((2, 0), 0.0)), "ConstantPad1d"),
+    ("unknown leaf", lambda: nn.Sequential(nn.ReLU(), Custom()), r"Custom '1'.*allow="),
+    ("indices", lambda: pn.MaxPool1d(2, return_indices=True), "return_indices"),
+    ("ceil", lambda: nn.MaxPool1d(2, ceil_mode=True), "ceil_mode"),
+    ("same stride", lambda: pn.Conv1d(1, 1, 3, 2, padding="same"), "depends on the sequence"),
+]
+
+
+@pytest.mark.parametrize(
+    "make, match", [(m, r) for _, m, r in REFUSED], ids=[i for i, _, _ in REFUSED]
+)
+def test_refuses_non_causal_modules_by_name(make: Callable[[], nn.Module], match: str) -> None:
+    with pytest.raises(PaddingError, match=match):
+        StreamingModule(make())
+
+
+def test_allow_declares_custom_per_step_modules() -> None:
+    model = nn.Sequential(pn.Conv1d(1, 2, 3, padding="causal"), Custom()).eval()
+    x = torch.randn(1, 1, 10)
+    assert StreamingModule(model, allow=[Custom]).verify(x, [3, 3, 4]) <= 1e-6
+    assert StreamingModule(model, allow=["1"]).verify(x, [3, 3, 4]) <= 1e-6
+
+
+def test_refuses_batch_norm_in_train_mode_at_step_time() -> None:
+    model = nn.Sequential(pn.Conv1d(1, 2, 3, padding="causal"), nn.BatchNorm1d(2))
+    sm = StreamingModule(model)
+    with pytest.raises(PaddingError, match="BatchNorm1d '1' in train mode"):
+        sm.step(torch.zeros(2, 1, 4), sm.init_state(2))
+    model.eval()
+    assert sm.verify(torch.randn(2, 1, 9), [4, 5]) <= 1e-6
+
+
+def test_refuses_hooks_overridden_forward_and_reused_layers() -> None:
+    conv = pn.Conv1d(1, 1, 3, padding="causal")
+    conv.register_forward_hook(lambda m, i, o: None)
+    with pytest.raises(PaddingError, match="forward hooks"):
+        StreamingModule(nn.Sequential(conv))
+
+    class MyConv(pn.Conv1d):
+        def forward(self, input: Tensor) -> Tensor:
+            return super().forward(input) * 2
+
+    with pytest.raises(PaddingError, match="overrides forward"):
+        StreamingModule(MyConv(1, 1, 3, padding="causal"))
+
+    class Twice(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.conv = pn.Conv1d(1, 1, 3, padding="causal")
+
+        def forward(self, x: Tensor) -> Tensor:
+            return self.conv(self.conv(x))
+
+    sm = StreamingModule(Twice())
+    with pytest.raises(PaddingError, match="ran twice"):
+        sm.step(torch.zeros(1, 1, 4), sm.init_state(1))
+
+
+def test_bad_arguments() -> None:
+    conv = pn.Conv1d(2, 2, 3, padding="causal")
+    with pytest.raises(TypeError, match="model"):
+        StreamingModule("conv")  # type: ignore[arg-type]
+    with pytest.raises(PaddingError, match="axis=1"):
+        StreamingModule(conv, axis=1)
+    with pytest.raises(PaddingError, match="axis=-2"):
+        StreamingModule(conv, axis=-2)
+    with pytest.raises(TypeError, match="axis"):
+        StreamingModule(conv, axis=1.5)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="allow"):
+        StreamingModule(conv, allow=[3])  # type: ignore[list-item]
+    sm = StreamingModule(conv)
+    state = sm.init_state(2)
+    with pytest.raises(TypeError, match="chunk"):
+        sm.step([1.0], state)  # type: ignore[arg-type]
+    with pytest.raises(PaddingError, match="batched"):
+        sm.step(torch.zeros(2, 5), state)
+    with pytest.raises(TypeError, match="state"):
+        sm.step(torch.zeros(2, 2, 5), [state])  # type: ignore[arg-type]
+    with pytest.raises(PaddingError, match="no entry"):
+        sm.step(torch.zeros(2, 2, 5), {})
+    with pytest.raises(PaddingError, match=r"shape \(2, 2, 2\).*init_state"):
+        sm.step(torch.zeros(3, 2, 5), state)
+    with pytest.raises(PaddingError, match="batch_size"):
+        sm.init_state(0)
+    video = StreamingModule(pn.Conv3d(1, 1, 3, padding=("causal", "same", "same")), axis=2)
+    with pytest.raises(PaddingError, match="example="):
+        video.init_state(1)
+    with pytest.raises(PaddingError, match="sum to"):
+        sm.verify(torch.zeros(1, 2, 5), [2, 2])
+
+
+# ----------------------------------------------------------------------------- export
+
+
+def run_onnx_stream(
+    path: str, names: list[str], state: dict[str, Tensor], chunks: list[Tensor]
+) -> tuple[list[Tensor], list[Tensor]]:
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = 1
+    sess = ort.InferenceSession(path, opts, providers=["CPUExecutionProvider"])
+    assert [i.name for i in sess.get_inputs()] == ["chunk", *[f"state_in.{n}" for n in names]]
+    values = [state[n].numpy() for n in names]
+    outs = []
+    for chunk in chunks:
+        res = sess.run(
+            None, {"chunk": chunk.numpy(), **{f"state_in.{n}": v for n, v in zip(names, values)}}
+        )
+        outs.append(torch.from_numpy(res[0]))
+        values = res[1:]
+    return outs, [torch.from_numpy(v) for v in values]
+
+
+class ExportNet(nn.Module):
+    """A TCN with a strided causal_block stage, a replicate-padded conv and an avg pool
+    that excludes the causal padding: every kind of state the step threads."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.inp = pn.Conv1d(2, 6, 3, padding="causal", padding_mode="replicate")
+        self.blocks = nn.ModuleList(ResUnit(6, d) for d in (1, 2, 4))
+        self.down = pn.Conv1d(6, 6, 4, stride=2, padding="causal_block")
+        self.pool = pn.AvgPool1d(3, 1, padding="causal", count_include_pad=False)
+        self.out = pn.Conv1d(6, 3, 2, padding="causal")
+
+    def forward(self, x: Tensor) -> Tensor:
+        x = self.inp(x)
+        for block in self.blocks:
+            x = block(x)
+        return self.out(F.elu(self.pool(self.down(x))))
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")
+@pytest.mark.filterwarnings("ignore::FutureWarning")
+def test_step_exports_to_onnx_with_state_and_matches_onnxruntime(tmp_path: object) -> None:
+    torch.manual_seed(7)
+    model = ExportNet().eval()
+    sm = StreamingModule(model)
+    length = 4
+    x = torch.randn(1, 2, 40)
+    state = sm.init_state(example=torch.zeros(1, 2, length))
+    path = str(tmp_path) + "/step.onnx"  # type: ignore[operator]
+    names = sm.export_onnx(path, torch.zeros(1, 2, length))
+    chunks = list(torch.split(x, length, dim=-1))
+    got, final = run_onnx_stream(path, names, state, chunks)
+    with torch.no_grad():
+        full = model(x)
+        eager = stream(sm, x, [length] * 10)
+        _, eager_state = sm.step(x, state)
+    torch.testing.assert_close(torch.cat(got, -1), full, rtol=1e-5, atol=1e-5)
+    for a, b in zip(got, eager):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+    for name, value in zip(names, final):
+        torch.testing.assert_close(value, eager_state[name], rtol=1e-5, atol=1e-5)
+
+
+def test_step_module_refuses_a_chunk_length_that_changes_the_phase() -> None:
+    sm = StreamingModule(audio_encoder().eval())
+    with pytest.raises(PaddingError, match="multiple of the model's total stride"):
+        sm.step_module(torch.zeros(1, 1, 12))
+    step = sm.step_module(torch.zeros(1, 1, 48))
+    assert len(step.state_names) == len(sm.init_state(1))
+
+
+# ----------------------------------------------------------------------------- CausalConvWithState
+
+
+@pytest.mark.parametrize("activation", ["none", "silu"])
+def test_equals_onnx_causal_conv_with_state(activation: str) -> None:
+    """The opset-27 CausalConvWithState operator is a depthwise, undilated causal conv whose
+    past_state is padkit's buffer: same outputs and same state after every chunk."""
+    import numpy as np
+    import onnxruntime as ort
+    from onnx import TensorProto, checker, helper
+    from onnx.reference import ReferenceEvaluator
+
+    channels, k = 5, 4
+    node = helper.make_node(
+        "CausalConvWithState",
+        ["input", "weight", "bias", "past_state"],
+        ["output", "present_state"],
+        activation=activation,
+    )
+    f32 = TensorProto.FLOAT
+    graph = helper.make_graph(
+        [node],
+        "causal_conv_with_state",
+        [
+            helper.make_tensor_value_info("input", f32, [2, channels, None]),
+            helper.make_tensor_value_info("weight", f32, [channels, 1, k]),
+            helper.make_tensor_value_info("bias", f32, [channels]),
+            helper.make_tensor_value_info("past_state", f32, [2, channels, k - 1]),
+        ],
+        [
+            helper.make_tensor_value_info("output", f32, [2, channels, None]),
+            helper.make_tensor_value_info("present_state", f32, [2, channels, k - 1]),
+        ],
+    )
+    onnx_model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 27)])
+    onnx_model.ir_version = 10
+    checker.check_model(onnx_model)
+
+    torch.manual_seed(8)
+    conv = pn.Conv1d(channels, channels, k, padding="causal", groups=channels)
+    model = nn.Sequential(conv, nn.SiLU()) if activation == "silu" else conv
+    sm = StreamingModule(model)
+    key = "0.buf" if activation == "silu" else "<model>.buf"
+    x = torch.randn(2, channels, 14)
+    weight = conv.weight.detach().numpy()
+    bias = conv.bias.detach().numpy()  # type: ignore[union-attr]
+
+    runners = [ReferenceEvaluator(onnx_model)]
+    try:
+        runners.append(
+            ort.InferenceSession(onnx_model.SerializeToString(), providers=["CPUExecutionProvider"])
+        )  # type: ignore[arg-type]
+    except Exception as err:  # pragma: no cover - older onnxruntime without the kernel
+        pytest.skip(f"onnxruntime cannot load CausalConvWithState: {err}")
+    for runner in runners:
+        state = sm.init_state(2)
+        past = np.zeros((2, channels, k - 1), dtype=np.float32)
+        outs = []
+        for chunk in torch.split(x, [3, 1, 2, 6, 2], dim=-1):
+            out, present = runner.run(
+                None,
+                {"input": chunk.numpy(), "weight": weight, "bias": bias, "past_state": past},
+            )
+            with torch.no_grad():
+                y, state = sm.step(chunk, state)
+            np.testing.assert_allclose(out, y.numpy(), rtol=1e-5, atol=1e-6)
+            np.testing.assert_allclose(present, state[key].numpy(), rtol=0, atol=0)
+            past = present
+            outs.append(y)
+        with torch.no_grad():
+            torch.testing.assert_close(torch.cat(outs, -1), model(x))
