@@ -124,7 +124,7 @@ def _check_input(fname: str, input: Any, nd: int) -> tuple[Tensor, bool]:
 
 
 def _check_spatial(fname: str, x: Tensor, nd: int) -> tuple[int, ...]:
-    sizes = tuple(int(v) for v in x.shape[2:])
+    sizes = tuple(x.shape[2:])
     for i, n in enumerate(sizes):
         if n == 0:
             raise PaddingError(
@@ -172,12 +172,19 @@ def resolve(
     n: Sequence[int],
 ) -> Pairs:
     """Resolve ``spec`` for an input of spatial size ``n`` (cached per shape)."""
+    if _compiling():
+        return spec.resolve_checked(k, s, d, tuple(n) if spec.needs_input_size(s) else None)
     if spec.needs_input_size(s):
         sizes = tuple(n)
         if all(isinstance(v, int) for v in sizes):
             return _resolve_cached(spec, k, s, d, sizes)
         return spec.resolve(k, s, d, sizes)
     return _resolve_cached(spec, k, s, d, None)
+
+
+def _compiling() -> bool:
+    """Inside torch.compile/export tracing, where Python-side caches must be bypassed."""
+    return bool(torch.compiler.is_compiling())
 
 
 def _k_eff(k: Sequence[int], d: Sequence[int]) -> tuple[int, ...]:
@@ -379,7 +386,7 @@ def _conv_pairs(
                 one: Pairs = tuple(pairs[i] if j == i else (0, 0) for j in range(nd))
                 x = _apply_pad(x, one, _PAD_MODE_CANON[m], 0.0, fname)
                 zero_pairs[i] = (0, 0)
-    sizes = tuple(int(v) for v in x.shape[2:])
+    sizes = tuple(x.shape[2:])
     plan = plan_conv(
         tuple(zero_pairs),
         tuple(int(v) for v in weight.shape[2:]),
@@ -388,6 +395,7 @@ def _conv_pairs(
         sizes,
         groups=groups,
         in_channels=int(x.shape[1]),
+        cache=not _compiling(),
     )
     return run_conv_plan(plan, conv, x, weight, bias, s, d, groups)
 
@@ -915,6 +923,27 @@ def _divisor(
     )
 
 
+def _divisor_traced(
+    x: Tensor,
+    nd: int,
+    k: tuple[int, ...],
+    s: tuple[int, ...],
+    d: tuple[int, ...],
+    pairs: Pairs,
+    full: Pairs,
+    include_pad: bool,
+) -> Tensor:
+    """The divisor as window sums of a mask (shape-agnostic, for traced graphs)."""
+    dtype = x.dtype if x.dtype.is_floating_point else torch.int64
+    mask = torch.ones((1, 1, *x.shape[2:]), dtype=dtype, device=x.device)
+    if include_pad:
+        mask = F.pad(mask, _torch_pad(pairs), value=1.0)
+        rest: Pairs = tuple((0, f_hi - hi) for (_, hi), (_, f_hi) in zip(pairs, full))
+    else:
+        rest = full
+    return _window_sum(mask, nd, k, s, d, rest)[0, 0]
+
+
 def _divisor_tensor(axis_counts: tuple[tuple[int, ...], ...], like: Tensor) -> Tensor:
     dtype = like.dtype if like.dtype.is_floating_point else torch.int64
     nd = len(axis_counts)
@@ -946,7 +975,7 @@ def _max_pool(
     if x.dtype == torch.bool:
         raise TypeError(f"{fname}(): max pooling does not support bool tensors")
     pool = _MAX_POOL[max(nd, 2)]
-    plan = plan_pool("max_pool", pairs, k, s, d, sizes, ceil_mode=ceil)
+    plan = plan_pool("max_pool", pairs, k, s, d, sizes, ceil_mode=ceil, cache=not _compiling())
     if plan.strategy != "explicit":
         res = pool(
             _to2d(x, nd),
@@ -1102,6 +1131,7 @@ def _avg_pool(
         ceil_mode=ceil,
         count_include_pad=bool(count_include_pad),
         native_dtype=native_dtype,
+        cache=not _compiling(),
     )
     if plan.strategy != "explicit":
         pool = _AVG_POOL[max(nd, 2)]
@@ -1121,15 +1151,18 @@ def _avg_pool(
     if divisor_override is not None:
         div: Tensor | int = divisor_override
     else:
-        counts = _divisor(sizes, k, s, d, pairs, outs, bool(count_include_pad))
-        if any(0 in c for c in counts):
-            axis = next(i for i, c in enumerate(counts) if 0 in c)
-            raise PaddingError(
-                f"{fname}(): a window on spatial axis {axis} holds no input element (pads "
-                f"{pairs[axis]} reach past the kernel); its average excluding padding is "
-                "undefined. Use smaller pads or count_include_pad=True"
-            )
-        div = _divisor_tensor(counts, x)
+        if _compiling():
+            div = _divisor_traced(x, nd, k, s, d, pairs, full, bool(count_include_pad))
+        else:
+            counts = _divisor(sizes, k, s, d, pairs, outs, bool(count_include_pad))
+            if any(0 in c for c in counts):
+                axis = next(i for i, c in enumerate(counts) if 0 in c)
+                raise PaddingError(
+                    f"{fname}(): a window on spatial axis {axis} holds no input element (pads "
+                    f"{pairs[axis]} reach past the kernel); its average excluding padding is "
+                    "undefined. Use smaller pads or count_include_pad=True"
+                )
+            div = _divisor_tensor(counts, x)
     if x.dtype.is_floating_point or x.dtype.is_complex:
         out = total / div
     else:

@@ -149,10 +149,15 @@ def plan_conv(
     groups: int = 1,
     in_channels: int = 1,
     padding_mode: str = "zeros",
+    cache: bool = True,
 ) -> Plan:
-    """The plan for a conv with resolved ``pairs`` on spatial input size ``n`` (cached)."""
+    """The plan for a conv with resolved ``pairs`` on spatial input size ``n``.
+
+    Plans are cached per shape unless ``cache=False`` (padkit passes that while
+    ``torch.compile`` traces, which plans once per graph anyway).
+    """
     args = (tuple(pairs), tuple(k), tuple(s), tuple(d), tuple(n))
-    if all(isinstance(v, int) for v in args[4]):
+    if cache and all(isinstance(v, int) for v in args[4]):
         return _plan_conv_cached(*args, groups, in_channels, padding_mode)
     return _plan_conv(*args, groups, in_channels, padding_mode)
 
@@ -249,6 +254,7 @@ def plan_pool(
     ceil_mode: bool = False,
     count_include_pad: bool = True,
     native_dtype: bool = True,
+    cache: bool = True,
 ) -> Plan:
     """The plan for a ``"max_pool"``, ``"avg_pool"`` or ``"lp_pool"`` with resolved ``pairs``.
 
@@ -257,7 +263,7 @@ def plan_pool(
         'ceil_mode'
     """
     args = (op, tuple(pairs), tuple(k), tuple(s), tuple(d), tuple(n))
-    if all(isinstance(v, int) for v in args[5]):
+    if cache and all(isinstance(v, int) for v in args[5]):
         return _plan_pool_cached(*args, bool(ceil_mode), bool(count_include_pad), native_dtype)
     return _plan_pool(*args, bool(ceil_mode), bool(count_include_pad), native_dtype)
 

@@ -378,11 +378,25 @@ class Padding:
         ns: tuple[int, ...] | None = None
         if input_size is not None:
             ns = _tuple_of(input_size, nd, "input_size", minimum=0)
-        out: list[tuple[int, int]] = []
-        for i, (rule, k, s, d) in enumerate(zip(spec.axes, ks, ss, ds)):
-            n = None if ns is None else ns[i]
-            out.append(spec._resolve_axis(i, rule, k, s, d, n))
-        return tuple(out)
+        return spec.resolve_checked(ks, ss, ds, ns)
+
+    def resolve_checked(
+        self,
+        kernel_size: tuple[int, ...],
+        stride: tuple[int, ...],
+        dilation: tuple[int, ...],
+        input_size: Sequence[int] | None,
+    ) -> tuple[tuple[int, int], ...]:
+        """:meth:`resolve` for arguments already checked: one entry per axis each.
+
+        The input sizes are used as given, so symbolic sizes from ``torch.compile`` stay
+        symbolic and a shape-dependent rule does not specialise the traced graph.
+        """
+        spec = self.expand(len(kernel_size))
+        return tuple(
+            spec._resolve_axis(i, rule, k, s, d, None if input_size is None else input_size[i])
+            for i, (rule, k, s, d) in enumerate(zip(spec.axes, kernel_size, stride, dilation))
+        )
 
     def _resolve_axis(
         self, axis: int, rule: AxisRule, k: int, s: int, d: int, n: int | None
