@@ -22,6 +22,7 @@ class UnsupportedOnnxError(OnnxImportError, NotImplementedError):
 
     def __init__(self, unsupported: Sequence[tuple[str, int, int, str]]) -> None:
         self.unsupported = list(unsupported)
+        self.node_labels: list[str] = []
         lines = []
         for op, opset, count, reason in self.unsupported:
             what = f"{op} (opset {opset}) x{count}"

@@ -159,8 +159,9 @@ class NodeContext:
 
     def unsupported(self, reason: str) -> UnsupportedOnnxError:
         """An error saying this node uses something the importer does not implement."""
-        label = self.node.name or (self.node.output[0] if self.node.output else "?")
-        return UnsupportedOnnxError([(self.op_type, self.version, 1, f"{label!r}: {reason}")])
+        err = UnsupportedOnnxError([(self.op_type, self.version, 1, reason)])
+        err.node_labels = [self.node.name or (self.node.output[0] if self.node.output else "?")]
+        return err
 
     def error(self, message: str) -> OnnxImportError:
         """An error for a malformed node."""
@@ -432,6 +433,7 @@ def build(model: Any) -> fx.GraphModule:
         if inp.name in shapes:
             b.shapes[ph] = shapes[inp.name]
     failures: Counter[tuple[str, int, str]] = Counter()
+    labels: dict[tuple[str, int, str], list[str]] = {}
     for node, version in zip(graph.node, versions):
         inputs: list[Any] = []
         skip = False
@@ -461,6 +463,7 @@ def build(model: Any) -> fx.GraphModule:
             except UnsupportedOnnxError as err:
                 for op, v, _count, reason in err.unsupported:
                     failures[(op, v, reason)] += 1
+                    labels.setdefault((op, v, reason), []).extend(err.node_labels)
                 outs = [_POISON] * len(node.output)
         for i, name in enumerate(node.output):
             if not name:
@@ -474,9 +477,12 @@ def build(model: Any) -> fx.GraphModule:
             if isinstance(outs[i], fx.Node) and name in shapes:
                 b.shapes[outs[i]] = shapes[name]
     if failures:
-        raise UnsupportedOnnxError(
-            [(op, v, count, reason) for (op, v, reason), count in sorted(failures.items())]
-        )
+        entries = []
+        for (op, v, reason), count in sorted(failures.items()):
+            names = labels.get((op, v, reason), [])
+            shown = ", ".join(repr(n) for n in names[:5]) + (", ..." if len(names) > 5 else "")
+            entries.append((op, v, count, f"{reason} (node(s) {shown})" if names else reason))
+        raise UnsupportedOnnxError(entries)
     results = []
     for out in graph.output:
         if out.name not in b.values:

@@ -554,7 +554,13 @@ class OnnxPad(nn.Module):
         ):
             return _wrap_pad(x, first, kept)
         if self.mode != "constant":
-            return PF.pad(x, kept, mode=self.mode)
+            if len(kept) <= 3:
+                return PF.pad(x, kept, mode=self.mode)
+            for i, pair in enumerate(kept):  # edge / reflect / wrap are separable per axis
+                if pair != (0, 0):
+                    moved = x.movedim(first + i, -1)
+                    x = PF.pad(moved, (pair,), mode=self.mode).movedim(-1, first + i)
+            return x
         if fill is not None and not x.dtype.is_floating_point:
             fill = int(fill)
         return PF.pad(x, kept, mode="constant", value=fill)
@@ -646,37 +652,45 @@ class Resize(nn.Module):
                 out = math.floor(n * scale)
             else:
                 raise PaddingError("Resize: neither scales nor sizes given")
-            if out == n and scale == 1.0 and self.coordinate_mode != "tf_crop_and_resize":
-                continue
-            start = end = 0.0
-            if rois:
+            start, end = 0.0, 1.0
+            if rois and self.coordinate_mode == "tf_crop_and_resize":
                 start, end = rois[j], rois[j + len(axes)]
+                if not sz:
+                    out = math.floor(n * (end - start) * scale)
+            elif out == n and scale == 1.0:
+                continue
             x = self._resize_axis(x, axis, n, out, scale, start, end)
         return x
 
     def _coords(self, n: int, out: int, scale: float, start: float, end: float) -> Tensor:
+        """Source coordinate of every output position.
+
+        ``length_resized`` is the integer output length, as the spec's text defines it and
+        onnxruntime computes it (the reference implementation uses ``scale * n``).
+        """
         i = torch.arange(out, dtype=torch.float64)
+        length = out
         mode = self.coordinate_mode
         if mode == "half_pixel":
             return (i + 0.5) / scale - 0.5
         if mode == "half_pixel_symmetric":
-            adjustment = out / (scale * n)
-            center = n / 2
-            offset = center * (1 - adjustment)
+            offset = n / 2 * (1 - out / (scale * n))
             return offset + (i + 0.5) / scale - 0.5
         if mode == "pytorch_half_pixel":
-            return (i + 0.5) / scale - 0.5 if out > 1 else torch.zeros(out, dtype=torch.float64)
+            if length == 1:
+                return torch.zeros(out, dtype=torch.float64)
+            return (i + 0.5) / scale - 0.5
         if mode == "align_corners":
-            if out == 1:
-                return torch.zeros(1, dtype=torch.float64)
-            return i * (n - 1) / (out - 1)
+            if length == 1:
+                return torch.zeros(out, dtype=torch.float64)
+            return i * (n - 1) / (length - 1)
         if mode == "asymmetric":
             return i / scale
         if mode == "tf_half_pixel_for_nn":
             return (i + 0.5) / scale
-        if out > 1:  # tf_crop_and_resize
-            return start * (n - 1) + i * (end - start) * (n - 1) / (out - 1)
-        return torch.full((1,), 0.5 * (start + end) * (n - 1), dtype=torch.float64)
+        if length == 1:  # tf_crop_and_resize
+            return torch.full((out,), 0.5 * (start + end) * (n - 1), dtype=torch.float64)
+        return start * (n - 1) + i * (end - start) * (n - 1) / (length - 1)
 
     def _resize_axis(
         self, x: Tensor, axis: int, n: int, out: int, scale: float, start: float, end: float
