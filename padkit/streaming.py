@@ -47,6 +47,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from . import functional as PF
@@ -215,6 +216,7 @@ _BATCH_NORMS = (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d, nn.SyncBatchNorm
 
 StreamState = dict[str, Tensor]
 
+_TORCH_CONV: dict[int, Any] = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}
 _CONV_FN: dict[int, Any] = {1: PF.conv1d, 2: PF.conv2d, 3: PF.conv3d}
 _MAX_FN: dict[int, Any] = {1: PF.max_pool1d, 2: PF.max_pool2d, 3: PF.max_pool3d}
 _AVG_FN: dict[int, Any] = {1: PF.avg_pool1d, 2: PF.avg_pool2d, 3: PF.avg_pool3d}
@@ -245,20 +247,18 @@ class _Plan:
     lo: int  # left pad on the time axis
     replicate: bool  # time padding repeats the first frame
     padkit: bool  # a padkit layer (else a plain torch one)
+    # derived in __post_init__ (read on every step, so stored rather than computed)
+    k_eff: int = field(init=False)
+    stride: int = field(init=False)
+    # samples of the padded input stream kept between chunks: k_eff - 1, or the whole left
+    # pad if that is longer (windows made of padding only)
+    history: int = field(init=False)
 
-    @property
-    def k_eff(self) -> int:
-        return self.d[self.ti] * (self.k[self.ti] - 1) + 1
-
-    @property
-    def stride(self) -> int:
-        return self.s[self.ti]
-
-    @property
-    def history(self) -> int:
-        """Samples of the padded input stream the layer keeps between chunks: ``k_eff - 1``,
-        or the whole left pad if that is longer (windows made of padding only)."""
-        return max(self.k_eff - 1, self.lo)
+    def __post_init__(self) -> None:
+        k_eff = self.d[self.ti] * (self.k[self.ti] - 1) + 1
+        object.__setattr__(self, "k_eff", k_eff)
+        object.__setattr__(self, "stride", self.s[self.ti])
+        object.__setattr__(self, "history", max(k_eff - 1, self.lo))
 
     @property
     def stateless(self) -> bool:
@@ -494,14 +494,26 @@ class StreamingModule(nn.Module):
         self._allow_types = tuple(a for a in allow if not isinstance(a, str))
         self._allow_names = frozenset(a for a in allow if isinstance(a, str))
         self._plans: dict[str, _Plan] = {}
-        self._stand_ins: dict[int, _StreamLayer] = {}
-        self._slots: list[tuple[nn.Module, str, nn.Module]] = []
+        self._stand_ins: dict[int, _StreamLayer] = {}  # by id(layer), while scanning only
+        # (parent, attribute, layer, stand-in) for every place a streamed layer is registered
+        self._slots: list[tuple[nn.Module, str, nn.Module, _StreamLayer]] = []
         self._batch_norms: list[tuple[str, nn.Module]] = []
         self._root_stand_in: _StreamLayer | None = None
         self._ctx: _Context | None = None
         self._lock = threading.RLock()
         self._state: StreamState | None = None
+        self._pairs_cache: dict[tuple[str, tuple[int, ...]], tuple[tuple[int, int], ...]] = {}
         self._scan(model, "", set())
+        self._stand_ins.clear()
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state.pop("_lock", None)  # locks do not pickle or deep-copy; a copy gets its own
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        super().__setstate__(state)  # type: ignore[no-untyped-call]
+        self._lock = threading.RLock()
 
     # ------------------------------------------------------------------ model scan
 
@@ -541,7 +553,7 @@ class StreamingModule(nn.Module):
             full = f"{name}.{child_name}" if name else child_name
             self._scan(child, full, seen)
             if id(child) in self._stand_ins:
-                self._slots.append((module, child_name, child))
+                self._slots.append((module, child_name, child, self._stand_ins[id(child)]))
 
     def _check_modes(self) -> None:
         for label, bn in self._batch_norms:
@@ -560,8 +572,8 @@ class StreamingModule(nn.Module):
     def _swapped(self) -> Iterator[None]:
         done: list[tuple[nn.Module, str, nn.Module]] = []
         try:
-            for parent, key, layer in self._slots:
-                parent._modules[key] = self._stand_ins[id(layer)]
+            for parent, key, layer, stand_in in self._slots:
+                parent._modules[key] = stand_in
                 done.append((parent, key, layer))
             yield
         finally:
@@ -804,6 +816,10 @@ class StreamingModule(nn.Module):
         self, plan: _Plan, layer: nn.Module, sizes: Sequence[int]
     ) -> tuple[tuple[int, int], ...]:
         """The layer's pads for these spatial sizes, with the time axis unpadded."""
+        key = (plan.name, tuple(sizes))
+        cached = self._pairs_cache.get(key)
+        if cached is not None:
+            return cached
         if plan.padkit:
             probe = list(sizes)
             probe[plan.ti] = max(plan.k_eff, 1)
@@ -811,7 +827,10 @@ class StreamingModule(nn.Module):
         else:
             pairs = list(_torch_pairs(getattr(layer, "padding", 0), plan.k, plan.d))
         pairs[plan.ti] = (0, 0)
-        return tuple(pairs)
+        result = tuple(pairs)
+        if len(self._pairs_cache) < 4096:
+            self._pairs_cache[key] = result
+        return result
 
     def _op(
         self, plan: _Plan, layer: Any, seg: Tensor, cat: Tensor, pos: Tensor, off: int
@@ -820,8 +839,14 @@ class StreamingModule(nn.Module):
             # nothing to pad on the time axis: the layer's own forward is the full-sequence op
             return layer(seg)  # type: ignore[no-any-return]
         sizes = [int(v) for v in seg.shape[2:]]
-        spec = Padding(self._pairs(plan, layer, sizes))
+        pairs = self._pairs(plan, layer, sizes)
         nd = plan.nd
+        if plan.kind == "conv" and all(p == (0, 0) for p in pairs):
+            # the common 1-d case: nothing left to pad, the plain torch conv
+            return _TORCH_CONV[nd](  # type: ignore[no-any-return]
+                seg, layer.weight, layer.bias, plan.s, 0, plan.d, layer.groups
+            )
+        spec = Padding(pairs)
         if plan.kind == "conv":
             return _CONV_FN[nd](  # type: ignore[no-any-return]
                 seg,

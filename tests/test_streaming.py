@@ -296,6 +296,20 @@ def test_state_is_plain_tensors_saved_resumed_and_not_mutated() -> None:
     assert torch.equal(b1, b2) and torch.equal(b1, b3)
 
 
+def test_deepcopy_and_pickle() -> None:
+    import copy
+    import pickle
+
+    torch.manual_seed(9)
+    sm = StreamingModule(TCN().eval())  # weight-norm parametrized: deepcopy only
+    other = copy.deepcopy(sm)
+    assert other.model is not sm.model
+    assert other.verify(torch.randn(1, 2, 20), [5, 1, 14]) <= 1e-6
+    sm = StreamingModule(audio_encoder().eval())
+    other = pickle.loads(pickle.dumps(sm))
+    assert other.verify(torch.randn(1, 1, 30), [5, 1, 24]) <= 1e-6
+
+
 def test_init_state_from_example_equals_from_batch_size() -> None:
     sm = StreamingModule(TCN().eval())
     by_batch = sm.init_state(batch_size=3)
