@@ -786,8 +786,8 @@ class StreamingModule(nn.Module):
             raise PaddingError(
                 f"step(): state {key_buf!r} has shape {tuple(buf.shape)} but "
                 f"{type(layer).__name__} {plan.name!r} needs {tuple(want)} for an input chunk "
-                f"of shape {tuple(x.shape)} (batch size or input shape changed? call "
-                "init_state() again)"
+                f"of shape {tuple(x.shape)} (batch size or input shape changed? start a new "
+                "state with init_state(), or reset() for forward())"
             )
         pos_i = ctx.static_pos[plan.name] if ctx.static_pos is not None else int(pos.item())
         if ctx.record is not None:
