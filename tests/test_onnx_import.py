@@ -120,8 +120,9 @@ CONV_CASES = [
 @pytest.mark.parametrize("as_init", [True, False], ids=["weights-init", "weights-input"])
 @pytest.mark.parametrize("bias", [True, False], ids=["bias", "nobias"])
 @pytest.mark.parametrize(("xs", "ws", "attrs"), CONV_CASES)
-def test_conv(xs: tuple[int, ...], ws: tuple[int, ...], attrs: dict[str, Any], as_init: bool,
-              bias: bool) -> None:  # fmt: skip
+def test_conv(
+    xs: tuple[int, ...], ws: tuple[int, ...], attrs: dict[str, Any], as_init: bool, bias: bool
+) -> None:
     x, w, b = rand(*xs), rand(*ws, seed=1), rand(ws[0], seed=2)
     params = {"w": w, "b": b} if bias else {"w": w}
     if as_init:
@@ -134,8 +135,12 @@ def test_conv(xs: tuple[int, ...], ws: tuple[int, ...], attrs: dict[str, Any], a
 def test_conv_weights_become_padkit_layers() -> None:
     import padkit.nn
 
-    model = make_model("Conv", {"x": rand(1, 2, 8)}, {"auto_pad": "SAME_UPPER", "strides": [2]},
-                       inits={"w": rand(3, 2, 3)})  # fmt: skip
+    model = make_model(
+        "Conv",
+        {"x": rand(1, 2, 8)},
+        {"auto_pad": "SAME_UPPER", "strides": [2]},
+        inits={"w": rand(3, 2, 3)},
+    )
     module = load(model)
     convs = [m for m in module.modules() if isinstance(m, padkit.nn.Conv1d)]
     assert len(convs) == 1 and convs[0].pad_spec.axes == ("same",)
@@ -164,21 +169,39 @@ CONVT_CASES = [
     ((1, 2, 4, 3), (2, 3, 3, 2), {"strides": [3, 2], "pads": [2, 1, 0, 1]}),
     ((1, 2, 3, 3), (2, 3, 3, 3), {"strides": [2, 2], "auto_pad": "SAME_UPPER"}),
     ((1, 2, 3, 3), (2, 3, 3, 3), {"strides": [2, 2], "auto_pad": "SAME_LOWER"}),
-    ((1, 2, 3, 3), (2, 3, 3, 3), {"strides": [2, 2], "auto_pad": "SAME_UPPER",
-                                  "output_padding": [1, 1]}),  # fmt: skip
+    (
+        (1, 2, 3, 3),
+        (2, 3, 3, 3),
+        {"strides": [2, 2], "auto_pad": "SAME_UPPER", "output_padding": [1, 1]},
+    ),
     ((1, 2, 3, 3), (2, 3, 2, 2), {"strides": [3, 3], "auto_pad": "SAME_UPPER"}),  # k < s
-    ((1, 2, 3, 3), (2, 3, 2, 2), {"strides": [3, 3], "auto_pad": "SAME_LOWER",
-                                  "output_padding": [2, 1]}),  # fmt: skip
+    (
+        (1, 2, 3, 3),
+        (2, 3, 2, 2),
+        {"strides": [3, 3], "auto_pad": "SAME_LOWER", "output_padding": [2, 1]},
+    ),
     ((1, 2, 3, 4), (2, 3, 3, 3), {"strides": [2, 2], "output_shape": [6, 8]}),
-    ((1, 2, 3, 4), (2, 3, 3, 3), {"strides": [2, 2], "output_shape": [6, 8],
-                                  "auto_pad": "SAME_UPPER"}),  # fmt: skip
-    ((1, 2, 3, 4), (2, 3, 3, 3), {"strides": [2, 2], "output_shape": [6, 8],
-                                  "auto_pad": "SAME_LOWER"}),  # fmt: skip
+    (
+        (1, 2, 3, 4),
+        (2, 3, 3, 3),
+        {"strides": [2, 2], "output_shape": [6, 8], "auto_pad": "SAME_UPPER"},
+    ),
+    (
+        (1, 2, 3, 4),
+        (2, 3, 3, 3),
+        {"strides": [2, 2], "output_shape": [6, 8], "auto_pad": "SAME_LOWER"},
+    ),
     ((1, 2, 3, 4), (2, 3, 3, 3), {"strides": [2, 2], "output_shape": [8, 9]}),  # extends
-    ((1, 2, 3, 4), (2, 3, 3, 3), {"strides": [2, 2], "output_shape": [7, 9],
-                                  "output_padding": [1, 1]}),  # fmt: skip
-    ((1, 4, 3, 4), (4, 1, 2, 3), {"strides": [2, 1], "dilations": [2, 2], "group": 2,
-                                  "pads": [1, 0, 0, 2]}),  # fmt: skip
+    (
+        (1, 2, 3, 4),
+        (2, 3, 3, 3),
+        {"strides": [2, 2], "output_shape": [7, 9], "output_padding": [1, 1]},
+    ),
+    (
+        (1, 4, 3, 4),
+        (4, 1, 2, 3),
+        {"strides": [2, 1], "dilations": [2, 2], "group": 2, "pads": [1, 0, 0, 2]},
+    ),
     ((1, 2, 3, 2, 2), (2, 2, 2, 3, 2), {"strides": [2, 1, 2], "pads": [0, 1, 1, 1, 0, 0]}),
     ((1, 2, 3, 4), (2, 3, 3, 3), {"strides": [2, 2], "auto_pad": "VALID"}),
 ]
@@ -186,8 +209,9 @@ CONVT_CASES = [
 
 @pytest.mark.parametrize("as_init", [True, False], ids=["weights-init", "weights-input"])
 @pytest.mark.parametrize(("xs", "ws", "attrs"), CONVT_CASES)
-def test_conv_transpose(xs: tuple[int, ...], ws: tuple[int, ...], attrs: dict[str, Any],
-                        as_init: bool) -> None:  # fmt: skip
+def test_conv_transpose(
+    xs: tuple[int, ...], ws: tuple[int, ...], attrs: dict[str, Any], as_init: bool
+) -> None:
     x = rand(*xs)
     params = {"w": rand(*ws, seed=1), "b": rand(ws[1] * attrs.get("group", 1), seed=2)}
     if as_init:
@@ -200,13 +224,14 @@ def test_conv_transpose(xs: tuple[int, ...], ws: tuple[int, ...], attrs: dict[st
 def test_conv_transpose_output_shape_dynamic_size() -> None:
     """output_shape with an input whose spatial size is unknown at import time."""
     w = rand(2, 3, 3, 3, seed=1)
-    node = helper.make_node("ConvTranspose", ["x", "w"], ["y"], strides=[2, 2],
-                            output_shape=[6, 8])  # fmt: skip
+    node = helper.make_node("ConvTranspose", ["x", "w"], ["y"], strides=[2, 2], output_shape=[6, 8])
     graph = helper.make_graph(
-        [node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 2, "h", "w"])],
+        [node],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 2, "h", "w"])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
         initializer=[numpy_helper.from_array(w, "w")],
-    )  # fmt: skip
+    )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 22)])
     x = rand(2, 2, 3, 4)
     check_vs_ort(model, {"x": x})
@@ -223,19 +248,37 @@ POOL_CASES = [
     ((1, 2, 8, 7), {"kernel_shape": [3, 4], "auto_pad": "SAME_LOWER", "strides": [2, 3]}),
     ((1, 2, 8, 7), {"kernel_shape": [2, 2], "auto_pad": "SAME_LOWER"}),
     ((1, 2, 7, 8), {"kernel_shape": [3, 3], "auto_pad": "VALID", "strides": [2, 2]}),
-    ((1, 2, 4, 5), {"kernel_shape": [2, 2], "pads": [0, 0, 1, 1], "strides": [2, 2],
-                    "ceil_mode": 1}),  # fmt: skip
-    ((1, 2, 6, 5), {"kernel_shape": [3, 3], "pads": [1, 0, 1, 2], "strides": [2, 2],
-                    "ceil_mode": 1}),  # fmt: skip
+    (
+        (1, 2, 4, 5),
+        {"kernel_shape": [2, 2], "pads": [0, 0, 1, 1], "strides": [2, 2], "ceil_mode": 1},
+    ),
+    (
+        (1, 2, 6, 5),
+        {"kernel_shape": [3, 3], "pads": [1, 0, 1, 2], "strides": [2, 2], "ceil_mode": 1},
+    ),
     ((1, 2, 5, 5), {"kernel_shape": [4, 4], "strides": [4, 4], "ceil_mode": 1}),  # T15
-    ((1, 2, 2, 2), {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1], "strides": [3, 3],
-                    "ceil_mode": 1}),  # fmt: skip
-    ((1, 2, 9, 8), {"kernel_shape": [2, 3], "pads": [1, 0, 1, 2], "dilations": [2, 2],
-                    "strides": [1, 2]}),  # fmt: skip
-    ((1, 2, 9, 8), {"kernel_shape": [2, 2], "pads": [1, 1, 0, 1], "dilations": [3, 2],
-                    "strides": [2, 2], "ceil_mode": 1}),  # fmt: skip
-    ((1, 1, 4, 4, 5), {"kernel_shape": [2, 3, 2], "pads": [1, 0, 1, 0, 2, 1],
-                       "strides": [2, 1, 2]}),  # fmt: skip
+    (
+        (1, 2, 2, 2),
+        {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1], "strides": [3, 3], "ceil_mode": 1},
+    ),
+    (
+        (1, 2, 9, 8),
+        {"kernel_shape": [2, 3], "pads": [1, 0, 1, 2], "dilations": [2, 2], "strides": [1, 2]},
+    ),
+    (
+        (1, 2, 9, 8),
+        {
+            "kernel_shape": [2, 2],
+            "pads": [1, 1, 0, 1],
+            "dilations": [3, 2],
+            "strides": [2, 2],
+            "ceil_mode": 1,
+        },
+    ),
+    (
+        (1, 1, 4, 4, 5),
+        {"kernel_shape": [2, 3, 2], "pads": [1, 0, 1, 0, 2, 1], "strides": [2, 1, 2]},
+    ),
 ]
 
 AVG_EXTRA = [{"count_include_pad": 0}, {"count_include_pad": 1}]
@@ -275,10 +318,13 @@ def test_max_pool_dtypes(dtype: Any) -> None:
 
 
 @pytest.mark.parametrize("storage_order", [0, 1])
-@pytest.mark.parametrize("attrs", [
-    {"kernel_shape": [3, 2], "pads": [1, 0, 2, 1], "strides": [2, 1]},
-    {"kernel_shape": [2, 2], "strides": [2, 2]},
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "attrs",
+    [
+        {"kernel_shape": [3, 2], "pads": [1, 0, 2, 1], "strides": [2, 1]},
+        {"kernel_shape": [2, 2], "strides": [2, 2]},
+    ],
+)
 def test_max_pool_indices(attrs: dict[str, Any], storage_order: int) -> None:
     x = rand(2, 3, 6, 5)
     check_op("MaxPool", {"x": x}, {**attrs, "storage_order": storage_order}, n_out=2)
@@ -292,15 +338,16 @@ def _jax_pool(x: np.ndarray, op: str, k: int, s: int, d: int, padding: Any) -> n
         pads = lax.padtype_to_pads(x.shape[2:], (d * (k - 1) + 1,) * 2, (s, s), padding)
         padding = [(0, 0), (0, 0), *pads]
     if op == "max":
-        return np.asarray(lax.reduce_window(x, -np.inf, lax.max, win, strides, padding,
-                                            window_dilation=dil))  # fmt: skip
+        return np.asarray(
+            lax.reduce_window(x, -np.inf, lax.max, win, strides, padding, window_dilation=dil)
+        )
     total = lax.reduce_window(x, 0.0, lax.add, win, strides, padding, window_dilation=dil)
     if op == "lp2":
-        total = lax.reduce_window(x * x, 0.0, lax.add, win, strides, padding,
-                                  window_dilation=dil)  # fmt: skip
+        total = lax.reduce_window(x * x, 0.0, lax.add, win, strides, padding, window_dilation=dil)
         return np.asarray(total) ** 0.5
-    count = lax.reduce_window(np.ones_like(x), 0.0, lax.add, win, strides, padding,
-                              window_dilation=dil)  # fmt: skip
+    count = lax.reduce_window(
+        np.ones_like(x), 0.0, lax.add, win, strides, padding, window_dilation=dil
+    )
     return np.asarray(total / count)
 
 
@@ -408,8 +455,13 @@ def test_pad(mode: str, pads: list[int], axes: list[int] | None, value: float | 
 def test_pad_dynamic_pads_and_int_data() -> None:
     x = (rand(1, 2, 4, 5) * 10).astype(np.int64)
     feeds = {"x": x, "pads": np.array([0, 0, 1, -1, 0, 0, 2, 3], np.int64)}
-    model = make_model("Pad", feeds, {"mode": "constant"},
-                       inits={"v": np.array(7, np.int64)}, order=["x", "pads", "v"])  # fmt: skip
+    model = make_model(
+        "Pad",
+        feeds,
+        {"mode": "constant"},
+        inits={"v": np.array(7, np.int64)},
+        order=["x", "pads", "v"],
+    )
     check_vs_ort(model, feeds)
 
 
@@ -417,18 +469,25 @@ def test_pad_dynamic_pads_and_int_data() -> None:
 def test_pad_opsets(opset: int) -> None:
     x = rand(1, 2, 4, 5)
     if opset < 11:
-        model = make_model("Pad", {"x": x}, {"mode": "edge", "pads": [0, 0, 1, 2, 0, 0, 2, 1]},
-                           opset=opset)  # fmt: skip
+        model = make_model(
+            "Pad", {"x": x}, {"mode": "edge", "pads": [0, 0, 1, 2, 0, 0, 2, 1]}, opset=opset
+        )
     else:
-        model = make_model("Pad", {"x": x}, {"mode": "reflect"}, opset=opset,
-                           inits={"p": np.array([0, 0, 1, 2, 0, 0, 2, 1], np.int64)})  # fmt: skip
+        model = make_model(
+            "Pad",
+            {"x": x},
+            {"mode": "reflect"},
+            opset=opset,
+            inits={"p": np.array([0, 0, 1, 2, 0, 0, 2, 1], np.int64)},
+        )
     check_vs_ort(model, {"x": x})
 
 
 def test_pad_reflect_too_large_raises() -> None:
     x = rand(1, 1, 3)
-    model = make_model("Pad", {"x": x}, {"mode": "reflect"},
-                       inits={"p": np.array([0, 0, 3, 0, 0, 0], np.int64)})  # fmt: skip
+    model = make_model(
+        "Pad", {"x": x}, {"mode": "reflect"}, inits={"p": np.array([0, 0, 3, 0, 0, 0], np.int64)}
+    )
     with pytest.raises(ValueError, match="reflect"):
         run_padkit(model, {"x": x})
 
@@ -471,10 +530,19 @@ OP_CASES: list[tuple[str, dict[str, np.ndarray], dict[str, Any], dict[str, Any]]
     ("Split", {"x": X}, {"axis": 3, "num_outputs": 2}, {"n_out": 2}),
     ("Split", {"x": X}, {"axis": -1}, {"inits": {"s": np.array([1, 4], np.int64)}, "n_out": 2}),
     ("Slice", {"x": X}, {"starts": [1, 0], "ends": [3, -1], "axes": [2, 3]}, {"opset": 9}),
-    ("Slice", {"x": X}, {}, {"inits": {"st": np.array([-1, 4], np.int64),
-                                       "en": np.array([-1000, 0], np.int64),
-                                       "ax": np.array([2, -1], np.int64),
-                                       "sp": np.array([-1, -2], np.int64)}}),  # fmt: skip
+    (
+        "Slice",
+        {"x": X},
+        {},
+        {
+            "inits": {
+                "st": np.array([-1, 4], np.int64),
+                "en": np.array([-1000, 0], np.int64),
+                "ax": np.array([2, -1], np.int64),
+                "sp": np.array([-1, -2], np.int64),
+            }
+        },
+    ),
     ("Flatten", {"x": X}, {"axis": 2}, {}),
     ("Flatten", {"x": X}, {"axis": 0}, {}),
     ("Reshape", {"x": X}, {}, {"inits": {"s": np.array([0, -1, 5], np.int64)}}),
@@ -484,10 +552,18 @@ OP_CASES: list[tuple[str, dict[str, np.ndarray], dict[str, Any], dict[str, Any]]
     ("Squeeze", {"x": rand(2, 1, 3, 1)}, {}, {}),
     ("Unsqueeze", {"x": X}, {"axes": [0, -1]}, {"opset": 11}),
     ("Unsqueeze", {"x": X}, {}, {"inits": {"a": np.array([1, 5], np.int64)}}),
-    ("Gemm", {"x": rand(4, 6)}, {"transB": 1}, {"inits": {"b": rand(3, 6, seed=2),
-                                                          "c": rand(3, seed=3)}}),  # fmt: skip
-    ("Gemm", {"x": rand(6, 4)}, {"transA": 1, "alpha": 0.5, "beta": 2.0},
-     {"inits": {"b": rand(6, 3, seed=2), "c": rand(4, 3, seed=3)}}),  # fmt: skip
+    (
+        "Gemm",
+        {"x": rand(4, 6)},
+        {"transB": 1},
+        {"inits": {"b": rand(3, 6, seed=2), "c": rand(3, seed=3)}},
+    ),
+    (
+        "Gemm",
+        {"x": rand(6, 4)},
+        {"transA": 1, "alpha": 0.5, "beta": 2.0},
+        {"inits": {"b": rand(6, 3, seed=2), "c": rand(4, 3, seed=3)}},
+    ),
     ("Gemm", {"x": rand(4, 6), "b": rand(6, 3, seed=2)}, {}, {}),
     ("MatMul", {"x": X}, {}, {"inits": {"w": rand(5, 2, seed=2)}}),
     ("Softmax", {"x": X}, {"axis": 1}, {"opset": 11}),
@@ -495,14 +571,39 @@ OP_CASES: list[tuple[str, dict[str, np.ndarray], dict[str, Any], dict[str, Any]]
     ("Softmax", {"x": X}, {}, {}),
     ("ReduceMean", {"x": X}, {"axes": [2, 3]}, {"opset": 13}),
     ("ReduceMean", {"x": X}, {"keepdims": 0}, {"inits": {"a": np.array([-1], np.int64)}}),
-    ("BatchNormalization", {"x": X}, {"epsilon": 1e-3},
-     {"inits": {"s": rand(3, seed=2), "b": rand(3, seed=3), "m": rand(3, seed=4),
-                "v": np.abs(rand(3, seed=5)) + 0.5}}),  # fmt: skip
-    ("BatchNormalization", {"x": rand(2, 3)}, {},
-     {"opset": 9, "inits": {"s": rand(3, seed=2), "b": rand(3, seed=3), "m": rand(3, seed=4),
-                            "v": np.abs(rand(3, seed=5)) + 0.5}}),  # fmt: skip
-    ("InstanceNormalization", {"x": X}, {"epsilon": 1e-4},
-     {"inits": {"s": rand(3, seed=2), "b": rand(3, seed=3)}}),  # fmt: skip
+    (
+        "BatchNormalization",
+        {"x": X},
+        {"epsilon": 1e-3},
+        {
+            "inits": {
+                "s": rand(3, seed=2),
+                "b": rand(3, seed=3),
+                "m": rand(3, seed=4),
+                "v": np.abs(rand(3, seed=5)) + 0.5,
+            }
+        },
+    ),
+    (
+        "BatchNormalization",
+        {"x": rand(2, 3)},
+        {},
+        {
+            "opset": 9,
+            "inits": {
+                "s": rand(3, seed=2),
+                "b": rand(3, seed=3),
+                "m": rand(3, seed=4),
+                "v": np.abs(rand(3, seed=5)) + 0.5,
+            },
+        },
+    ),
+    (
+        "InstanceNormalization",
+        {"x": X},
+        {"epsilon": 1e-4},
+        {"inits": {"s": rand(3, seed=2), "b": rand(3, seed=3)}},
+    ),
     ("LRN", {"x": rand(2, 7, 3, 3)}, {"size": 3, "alpha": 0.01, "beta": 0.6, "bias": 1.5}, {}),
     ("Gather", {"x": X}, {"axis": 1}, {"inits": {"i": np.array([[2, -1], [0, 1]], np.int64)}}),
     ("Gather", {"x": X}, {"axis": 3}, {"inits": {"i": np.array(-2, np.int64)}}),
@@ -510,16 +611,22 @@ OP_CASES: list[tuple[str, dict[str, np.ndarray], dict[str, Any], dict[str, Any]]
     ("Cast", {"x": X}, {"to": TensorProto.DOUBLE}, {}),
     ("Shape", {"x": X}, {}, {}),
     ("Shape", {"x": X}, {"start": 1, "end": -1}, {}),
-    ("ConstantOfShape", {}, {"value": helper.make_tensor("v", TensorProto.INT64, [1], [3])},
-     {"inits": {"s": np.array([2, 3], np.int64)}}),  # fmt: skip
+    (
+        "ConstantOfShape",
+        {},
+        {"value": helper.make_tensor("v", TensorProto.INT64, [1], [3])},
+        {"inits": {"s": np.array([2, 3], np.int64)}},
+    ),
     ("Expand", {"x": rand(3, 1)}, {}, {"inits": {"s": np.array([2, 1, 4], np.int64)}}),
 ]
 
 
-@pytest.mark.parametrize(("op", "inputs", "attrs", "kw"), OP_CASES,
-                         ids=[f"{c[0]}-{i}" for i, c in enumerate(OP_CASES)])  # fmt: skip
-def test_op(op: str, inputs: dict[str, np.ndarray], attrs: dict[str, Any], kw: dict[str, Any]
-            ) -> None:  # fmt: skip
+@pytest.mark.parametrize(
+    ("op", "inputs", "attrs", "kw"), OP_CASES, ids=[f"{c[0]}-{i}" for i, c in enumerate(OP_CASES)]
+)
+def test_op(
+    op: str, inputs: dict[str, np.ndarray], attrs: dict[str, Any], kw: dict[str, Any]
+) -> None:
     check_op(op, inputs, attrs, **kw)
 
 
@@ -535,11 +642,12 @@ def test_constant_node_and_folding() -> None:
     reshape = helper.make_node("Reshape", ["x", "shape"], ["r"])
     add = helper.make_node("Add", ["r", "c"], ["y"])
     graph = helper.make_graph(
-        [const, shape, idx, gather, unsq, minus, cat, reshape, add], "g",
+        [const, shape, idx, gather, unsq, minus, cat, reshape, add],
+        "g",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 1])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
         initializer=[numpy_helper.from_array(np.array([0], np.int64), "ax")],
-    )  # fmt: skip
+    )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     x = rand(2, 3, 1)
     check_vs_ort(model, {"x": x})
@@ -556,19 +664,27 @@ def test_dynamic_batch_shape_chain() -> None:
         helper.make_node("Unsqueeze", ["n", "ax"], ["n1"]),
         helper.make_node("Concat", ["n1", "minus"], ["shape"], axis=0),
         helper.make_node("Reshape", ["x", "shape"], ["flat"]),
-        helper.make_node("ConstantOfShape", ["shape2"], ["ones"],
-                         value=helper.make_tensor("v", TensorProto.FLOAT, [1], [1.0])),
+        helper.make_node(
+            "ConstantOfShape",
+            ["shape2"],
+            ["ones"],
+            value=helper.make_tensor("v", TensorProto.FLOAT, [1], [1.0]),
+        ),
         helper.make_node("Shape", ["flat"], ["shape2"]),
         helper.make_node("Add", ["flat", "ones"], ["y"]),
-    ]  # fmt: skip
-    nodes = nodes[:5] + [nodes[6], nodes[5], nodes[7]]
+    ]
+    nodes = [*nodes[:5], nodes[6], nodes[5], nodes[7]]
     graph = helper.make_graph(
-        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 3, 4])],
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 3, 4])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
-        initializer=[numpy_helper.from_array(np.array(0, np.int64), "zero"),
-                     numpy_helper.from_array(np.array([0], np.int64), "ax"),
-                     numpy_helper.from_array(np.array([-1], np.int64), "minus")],
-    )  # fmt: skip
+        initializer=[
+            numpy_helper.from_array(np.array(0, np.int64), "zero"),
+            numpy_helper.from_array(np.array([0], np.int64), "ax"),
+            numpy_helper.from_array(np.array([-1], np.int64), "minus"),
+        ],
+    )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     for batch in (1, 3):
         x = rand(batch, 3, 4)
@@ -577,25 +693,44 @@ def test_dynamic_batch_shape_chain() -> None:
 
 RESIZE_CASES = [
     ({"mode": "nearest"}, [1, 1, 2, 2], None),
-    ({"mode": "nearest", "coordinate_transformation_mode": "asymmetric",
-      "nearest_mode": "floor"}, [1, 1, 2, 3], None),  # fmt: skip
-    ({"mode": "nearest", "coordinate_transformation_mode": "align_corners",
-      "nearest_mode": "round_prefer_ceil"}, [1, 1, 0.6, 1.7], None),  # fmt: skip
+    (
+        {
+            "mode": "nearest",
+            "coordinate_transformation_mode": "asymmetric",
+            "nearest_mode": "floor",
+        },
+        [1, 1, 2, 3],
+        None,
+    ),
+    (
+        {
+            "mode": "nearest",
+            "coordinate_transformation_mode": "align_corners",
+            "nearest_mode": "round_prefer_ceil",
+        },
+        [1, 1, 0.6, 1.7],
+        None,
+    ),
     ({"mode": "linear"}, [1, 1, 2, 2], None),
     ({"mode": "linear", "coordinate_transformation_mode": "align_corners"}, None, [2, 3, 7, 9]),
-    ({"mode": "linear", "coordinate_transformation_mode": "pytorch_half_pixel"},
-     [1, 1, 0.5, 0.6], None),  # fmt: skip
+    (
+        {"mode": "linear", "coordinate_transformation_mode": "pytorch_half_pixel"},
+        [1, 1, 0.5, 0.6],
+        None,
+    ),
     ({"mode": "linear", "coordinate_transformation_mode": "asymmetric"}, [1, 1, 1.5, 2.5], None),
     ({"mode": "cubic"}, [1, 1, 1.8, 2.0], None),
     ({"mode": "cubic", "exclude_outside": 1, "cubic_coeff_a": -0.5}, None, [2, 3, 3, 11]),
-    ({"mode": "nearest", "coordinate_transformation_mode": "tf_half_pixel_for_nn"},
-     [1, 1, 1.5, 0.5], None),  # fmt: skip
+    (
+        {"mode": "nearest", "coordinate_transformation_mode": "tf_half_pixel_for_nn"},
+        [1, 1, 1.5, 0.5],
+        None,
+    ),
 ]
 
 
 @pytest.mark.parametrize(("attrs", "scales", "sizes"), RESIZE_CASES)
-def test_resize(attrs: dict[str, Any], scales: list[float] | None, sizes: list[int] | None
-                ) -> None:  # fmt: skip
+def test_resize(attrs: dict[str, Any], scales: list[float] | None, sizes: list[int] | None) -> None:
     x = rand(2, 3, 4, 5)
     inits = {"roi": np.zeros(0, np.float32)}
     order = ["x", "roi"]
@@ -617,8 +752,9 @@ def test_upsample(opset: int, mode: str) -> None:
     if opset == 7:
         model = make_model("Upsample", {"x": x}, {"mode": mode, "scales": scales}, opset=7)
     else:
-        model = make_model("Upsample", {"x": x}, {"mode": mode}, opset=9,
-                           inits={"s": np.array(scales, np.float32)})  # fmt: skip
+        model = make_model(
+            "Upsample", {"x": x}, {"mode": mode}, opset=9, inits={"s": np.array(scales, np.float32)}
+        )
     check_vs_ort(model, {"x": x})
 
 
@@ -650,11 +786,14 @@ def test_unsupported_ops_are_listed_together() -> None:
         helper.make_node("FusedConv", ["x"], ["e"], domain="com.microsoft"),
     ]
     graph = helper.make_graph(
-        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 3])],
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 3])],
         [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in "abcde"],
-    )  # fmt: skip
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
-                                                    helper.make_opsetid("com.microsoft", 1)])  # fmt: skip
+    )
+    model = helper.make_model(
+        graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)]
+    )
     with pytest.raises(UnsupportedOnnxError) as info:
         load(model)
     text = str(info.value)
@@ -664,7 +803,10 @@ def test_unsupported_ops_are_listed_together() -> None:
     assert "Relu" not in text
     assert isinstance(info.value, NotImplementedError)
     assert sorted(op for op, *_ in info.value.unsupported) == [
-        "Det", "Hardmax", "com.microsoft::FusedConv"]  # fmt: skip
+        "Det",
+        "Hardmax",
+        "com.microsoft::FusedConv",
+    ]
 
 
 def test_unsupported_attributes_are_listed_together() -> None:
@@ -674,18 +816,23 @@ def test_unsupported_attributes_are_listed_together() -> None:
         helper.make_node("Relu", ["a"], ["c"]),
     ]
     graph = helper.make_graph(
-        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, 4, 4])],
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, 4, 4])],
         [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in "bc"],
         initializer=[numpy_helper.from_array(np.array([1, 1, 0.5, 0.5], np.float32), "s")],
-    )  # fmt: skip
+    )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)])
-    with pytest.raises(UnsupportedOnnxError, match=r"Resize \(opset 19\) x2: antialias=1 .*'a', 'b'"):
+    with pytest.raises(
+        UnsupportedOnnxError, match=r"Resize \(opset 19\) x2: antialias=1 .*'a', 'b'"
+    ):
         load(model)
 
 
 def test_malformed_pads_name_the_node() -> None:
-    model = make_model("MaxPool", {"x": rand(1, 1, 4, 4)}, {"kernel_shape": [2, 2],
-                       "pads": [1, 1, 1]})  # fmt: skip
+    model = make_model(
+        "MaxPool", {"x": rand(1, 1, 4, 4)}, {"kernel_shape": [2, 2], "pads": [1, 1, 1]}
+    )
     with pytest.raises(OnnxImportError, match=r"MaxPool-22 node .*pads must have length 4"):
         load(model)
 
