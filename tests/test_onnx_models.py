@@ -112,6 +112,20 @@ def test_zoo_model_as_shipped(name: str) -> None:
     np.testing.assert_allclose(got, run_ort(model, feeds)[0], rtol=1e-4, atol=1e-6)
 
 
+@pytest.mark.parametrize("opset", [7, 11, 13, 18, onnx.defs.onnx_opset_version()])
+@pytest.mark.parametrize("name", ["squeezenet", "inception_v2"])
+def test_zoo_model_across_opsets(name: str, opset: int) -> None:
+    """The same topology converted by onnx.version_converter to every opset era."""
+    from onnx import version_converter
+
+    base = random_weights(onnx.load(os.path.join(LIGHT, f"light_{name}.onnx")))
+    base.ir_version = 7  # initializers need not be listed as inputs
+    model = version_converter.convert_version(base, opset)
+    feeds = graph_feeds(model)
+    want = run_ort(model, feeds)[0]
+    np.testing.assert_allclose(run_padkit(model, feeds)[0], want, rtol=1e-4, atol=1e-6)
+
+
 def test_inception_v1_keeps_its_asymmetric_pool() -> None:
     import padkit.nn
 
