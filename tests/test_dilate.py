@@ -1,0 +1,321 @@
+"""padkit.surgery.dilate against the a-trous identity, on real torchvision and timm ResNets.
+
+The oracle is the undilated model itself: in eval mode, the dilated model's last feature
+map subsampled at ``[..., ::r, ::r]`` (r = 32 / output_stride) must equal the original's.
+Models are built with random weights (no downloads) and random BatchNorm statistics, so
+that every channel carries signal. timm's own ``output_stride`` models, loaded with the
+same weights, are measured beside padkit's: exact for plain ResNets, not for ResNet-D
+(conventions T19) nor for SE/ECA gates that pool the dense map.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import torch
+from torch import Tensor, nn
+
+import padkit.nn as PN
+from padkit import PaddingError
+from padkit.surgery import LatticeGate, SurgeryError, dilate
+
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore")  # import-time deprecation noise from third parties
+    import timm
+    import torchvision
+    from timm.layers import BlurPool2d
+    from timm.layers.eca import EcaModule
+    from timm.layers.squeeze_excite import EffectiveSEModule, SEModule
+
+torch.set_num_threads(1)
+REL = 1e-5
+
+
+# ----------------------------------------------------------------------------- helpers
+
+
+def randomize_bn(model: nn.Module, seed: int = 0) -> nn.Module:
+    """Random BatchNorm statistics and affine terms (the default init is an identity)."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for m in model.modules():
+            if isinstance(m, nn.BatchNorm2d):
+                c = m.num_features
+                m.running_mean.copy_(torch.randn(c, generator=g) * 0.2)
+                m.running_var.copy_(torch.rand(c, generator=g) + 0.5)
+                m.weight.copy_(torch.rand(c, generator=g) + 0.5)
+                m.bias.copy_(torch.randn(c, generator=g) * 0.2)
+    return model.eval()
+
+
+def tv_features(model: nn.Module, x: Tensor) -> Tensor:
+    m: Any = model
+    x = m.maxpool(m.relu(m.bn1(m.conv1(x))))
+    return m.layer4(m.layer3(m.layer2(m.layer1(x))))  # type: ignore[no-any-return]
+
+
+def timm_features(model: nn.Module, x: Tensor) -> Tensor:
+    return model.forward_features(x)  # type: ignore[operator,no-any-return]
+
+
+def identity_error(
+    features: Callable[[nn.Module, Tensor], Tensor],
+    original: nn.Module,
+    dilated: nn.Module,
+    x: Tensor,
+    ratio: int,
+) -> float:
+    """max |dilated[..., ::r, ::r] - original| relative to max |original|."""
+    with torch.no_grad():
+        ref = features(original, x)
+        out = features(dilated, x)
+    sub = out[..., ::ratio, ::ratio]
+    assert sub.shape == ref.shape, (out.shape, ref.shape)
+    return float((sub - ref).abs().max() / ref.abs().max())
+
+
+def same_state_dict(a: nn.Module, b: nn.Module) -> bool:
+    sa, sb = a.state_dict(), b.state_dict()
+    return list(sa) == list(sb) and all(sa[k].shape == sb[k].shape for k in sa)
+
+
+def timm_model(name: str, **kwargs: Any) -> nn.Module:
+    return randomize_bn(timm.create_model(name, pretrained=False, **kwargs))
+
+
+# ----------------------------------------------------------------------------- torchvision
+
+TV_FAST = ["resnet18", "resnet50"]
+TV_SLOW = ["resnext50_32x4d", "wide_resnet50_2"]
+
+
+def check_torchvision(name: str) -> None:
+    torch.manual_seed(0)
+    model = randomize_bn(getattr(torchvision.models, name)())
+    for output_stride, flags in ((16, [False, False, True]), (8, [False, True, True])):
+        dilated, report = dilate(model, output_stride)
+        assert same_state_dict(model, dilated)
+        assert report.changes and all(not c.numbers_change for c in report.changes)
+        for size in (64, 72):  # 72: odd sizes (9, 5) reach the dilated stages
+            x = torch.randn(1, 3, size, size)
+            err = identity_error(tv_features, model, dilated, x, 32 // output_stride)
+            assert err <= REL, (name, output_stride, size, err)
+        if name == "resnet18":
+            continue  # torchvision's BasicBlock refuses dilation; padkit's does not need it
+        # torchvision's own replace_stride_with_dilation builds the same network:
+        # the dense maps agree everywhere, not only on the lattice
+        ref = getattr(torchvision.models, name)(replace_stride_with_dilation=flags).eval()
+        ref.load_state_dict(model.state_dict())
+        x = torch.randn(1, 3, 72, 72)
+        with torch.no_grad():
+            a, b = tv_features(ref, x), tv_features(dilated, x)
+        assert a.shape == b.shape
+        assert float((a - b).abs().max() / a.abs().max()) <= REL
+
+
+@pytest.mark.parametrize("name", TV_FAST)
+def test_torchvision_identity(name: str) -> None:
+    check_torchvision(name)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", TV_SLOW)
+def test_torchvision_identity_wide(name: str) -> None:
+    check_torchvision(name)
+
+
+def test_torchvision_already_dilated() -> None:
+    """An output-stride-16 model taken to 8 multiplies the existing dilations."""
+    torch.manual_seed(0)
+    small = torchvision.models.resnet.ResNet
+    block = torchvision.models.resnet.Bottleneck
+    model = randomize_bn(small(block, [1, 1, 2, 1], replace_stride_with_dilation=[0, 0, 1]))
+    dilated, _ = dilate(model, 8)
+    ref = small(block, [1, 1, 2, 1], replace_stride_with_dilation=[0, 1, 1]).eval()
+    ref.load_state_dict(model.state_dict())
+    x = torch.randn(1, 3, 66, 66)
+    with torch.no_grad():
+        a, b = tv_features(ref, x), tv_features(dilated, x)
+    assert float((a - b).abs().max() / a.abs().max()) <= REL
+    assert identity_error(tv_features, model, dilated, x, 2) <= REL
+    with pytest.raises(SurgeryError, match=r"output_stride=32.*current output stride is 16"):
+        dilate(model, 32)
+
+
+@pytest.mark.parametrize("output_stride", [4, 2, 1])
+def test_any_reachable_output_stride(output_stride: int) -> None:
+    torch.manual_seed(0)
+    model = randomize_bn(torchvision.models.resnet18())
+    dilated, _ = dilate(model, output_stride)
+    x = torch.randn(1, 3, 40, 40)
+    assert identity_error(tv_features, model, dilated, x, 32 // output_stride) <= REL
+
+
+def test_output_stride_32_is_a_copy() -> None:
+    model = torchvision.models.resnet18().eval()
+    same, report = dilate(model, 32)
+    assert same is not model and report.changes == []
+    assert same_state_dict(model, same)
+
+
+# ----------------------------------------------------------------------------- timm
+
+TIMM_FAST = ["resnet18d", "seresnet18", "ecaresnet26t"]
+TIMM_SLOW = ["resnet26d", "resnet50d", "seresnext26d_32x4d"]
+#: measured beside padkit's by test_timm_identity (printed with -s)
+MEASURED: dict[tuple[str, int, int], tuple[float, float]] = {}
+
+
+def check_timm(name: str) -> None:
+    torch.manual_seed(0)
+    model = timm_model(name)
+    for output_stride in (16, 8):
+        dilated, _report = dilate(model, output_stride)
+        assert same_state_dict(model, dilated)
+        timm_os = timm_model(name, output_stride=output_stride)
+        timm_os.load_state_dict(model.state_dict())
+        ours = theirs = 0.0
+        for size in (64, 72):  # 72: odd sizes reach the dilated stages
+            x = torch.randn(1, 3, size, size)
+            ratio = 32 // output_stride
+            ours = identity_error(timm_features, model, dilated, x, ratio)
+            theirs = identity_error(timm_features, model, timm_os, x, ratio)
+            MEASURED[(name, output_stride, size)] = (ours, theirs)
+            print(f"{name} os={output_stride} {size}px: padkit {ours:.1e}, timm {theirs:.1e}")
+            assert ours <= REL, (name, output_stride, size, ours)
+        avg_down = any(isinstance(m, nn.AvgPool2d) for m in model.modules())
+        gated = any(isinstance(m, (SEModule, EcaModule)) for m in model.modules())
+        if output_stride == 8 and (avg_down or gated):
+            assert theirs > 1e-3  # timm's dilation is not exact here (T19, dense gates)
+
+
+@pytest.mark.parametrize("name", TIMM_FAST)
+def test_timm_identity(name: str) -> None:
+    check_timm(name)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", TIMM_SLOW)
+def test_timm_identity_more(name: str) -> None:
+    check_timm(name)
+
+
+def test_resnet_d_shortcut_pools() -> None:
+    """The a-trous form of AvgPool2d(2, 2, ceil_mode=True, count_include_pad=False)."""
+    model = timm_model("resnet18d")
+    dilated, report = dilate(model, 8)
+    first = dilated.get_submodule("layer3.0.downsample.0")
+    deeper = dilated.get_submodule("layer4.0.downsample.0")
+    assert isinstance(first, PN.AvgPool2d) and isinstance(deeper, PN.AvgPool2d)
+    assert first.resolved_padding() == ((0, 1), (0, 1)) and first.stride == (1, 1)
+    assert deeper.resolved_padding() == ((0, 2), (0, 2)) and deeper.dilation == (2, 2)
+    assert not first.count_include_pad and not deeper.count_include_pad
+    assert "layer4.0.downsample.0" in report.paths
+    # timm's own os=8 model uses an undilated pool that counts its pad one stage deeper
+    timm_os8 = timm_model("resnet18d", output_stride=8)
+    assert type(timm_os8.get_submodule("layer4.0.downsample.0")).__name__ == "AvgPool2dSame"
+
+
+def test_dense_gates_match_timm() -> None:
+    """gates='dense' keeps timm's behaviour: the same network as timm's output_stride."""
+    torch.manual_seed(0)
+    model = timm_model("seresnet18")
+    dilated, report = dilate(model, 8, gates="dense")
+    assert not any(isinstance(m, LatticeGate) for m in dilated.modules())
+    assert any("gates='dense'" in n for n in report.notes)
+    timm_os8 = timm_model("seresnet18", output_stride=8)
+    timm_os8.load_state_dict(model.state_dict())
+    x = torch.randn(1, 3, 64, 64)
+    with torch.no_grad():
+        a, b = timm_features(timm_os8, x), timm_features(dilated, x)
+    assert float((a - b).abs().max() / a.abs().max()) <= REL
+    assert identity_error(timm_features, model, dilated, x, 4) > 1e-3  # not exact
+
+
+@pytest.mark.parametrize(
+    "build",
+    [
+        lambda: SEModule(16, rd_ratio=0.25),
+        lambda: SEModule(16, rd_ratio=0.25, add_maxpool=True),
+        lambda: EffectiveSEModule(16),
+        lambda: EcaModule(16),
+        lambda: EcaModule(16, use_mlp=True),
+    ],
+)
+def test_lattice_gate_is_the_gate(build: Callable[[], nn.Module]) -> None:
+    """Factor 1 reproduces timm's module; factor 2 gates with the lattice's pool."""
+    torch.manual_seed(0)
+    gate = build().eval()
+    x = torch.randn(2, 16, 7, 9)
+    with torch.no_grad():
+        assert torch.allclose(LatticeGate(gate, _kind(gate), (1, 1))(x), gate(x), atol=1e-6)
+        lattice = x[..., ::2, ::2]
+        dense = LatticeGate(gate, _kind(gate), (2, 2))(x)
+        # the gate is per channel: the lattice of the output is the gate on the lattice
+        assert torch.allclose(dense[..., ::2, ::2], gate(lattice), atol=1e-6)
+    assert list(LatticeGate(gate, _kind(gate), (2, 2)).state_dict()) == list(gate.state_dict())
+
+
+def _kind(gate: nn.Module) -> str:
+    if isinstance(gate, EcaModule):
+        return "eca"
+    return "ese" if isinstance(gate, EffectiveSEModule) else "se"
+
+
+# ----------------------------------------------------------------------------- refusals
+
+
+def test_refuses_other_models() -> None:
+    with pytest.raises(SurgeryError, match=r"'<root>' \(MobileNetV2\)"):
+        dilate(torchvision.models.mobilenet_v2(), 8)
+    with pytest.raises(SurgeryError, match=r"'<root>' \(Sequential\)"):
+        dilate(nn.Sequential(nn.Conv2d(3, 3, 3, 2, 1)), 1)
+
+
+def test_refuses_first_unknown_module() -> None:
+    gn = torchvision.models.resnet18(norm_layer=lambda c: nn.GroupNorm(2, c))
+    with pytest.raises(SurgeryError, match=r"'bn1' \(GroupNorm\)"):
+        dilate(gn, 8)
+    blur = timm.create_model("resnet18", pretrained=False, aa_layer=BlurPool2d)
+    with pytest.raises(SurgeryError, match=r"cannot handle 'maxpool\.1' \(BlurPool2d\)"):
+        dilate(blur, 8)
+    cbam = timm.create_model("resnet18", pretrained=False, block_args={"attn_layer": "cbam"})
+    with pytest.raises(SurgeryError, match=r"'layer1\.0\.se' \(CbamModule\)"):
+        dilate(cbam, 8)
+
+
+def test_refuses_timm_dilated_average_downsample() -> None:
+    timm_os16 = timm.create_model("resnet18d", pretrained=False, output_stride=16)
+    with pytest.raises(SurgeryError, match=r"layer4\.0\.downsample\.0.*AvgPool2dSame.*T19"):
+        dilate(timm_os16, 8)
+
+
+def test_bad_arguments() -> None:
+    model = torchvision.models.resnet18()
+    with pytest.raises(SurgeryError, match=r"output_stride=12.*accepted: \[1, 2, 4, 8, 16, 32\]"):
+        dilate(model, 12)
+    with pytest.raises(TypeError, match=r"output_stride must be an int.*'8'"):
+        dilate(model, "8")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="output_stride must be an int"):
+        dilate(model, True)
+    with pytest.raises(PaddingError, match=r"gates must be one of 'lattice', 'dense'.*'avg'"):
+        dilate(model, 8, gates="avg")
+    with pytest.raises(TypeError, match=r"model must be a torch.nn.Module.*str"):
+        dilate("resnet18", 8)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="inplace must be True or False"):
+        dilate(model, 8, inplace=1)  # type: ignore[arg-type]
+
+
+def test_copy_and_inplace() -> None:
+    model = torchvision.models.resnet18().eval()
+    dilated, _ = dilate(model, 8)
+    assert dilated is not model
+    assert type(model.layer4[0].conv1) is nn.Conv2d and model.layer4[0].conv1.stride == (2, 2)
+    assert dilated.layer4[0].conv1.stride == (1, 1)
+    same, report = dilate(model, 16, inplace=True)
+    assert same is model and model.layer4[0].conv1.stride == (1, 1)
+    assert report.paths[0] == "layer4.0.conv1"
+    assert "stride" in report.changes[0].what and "dilation" in report.changes[1].what
