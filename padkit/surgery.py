@@ -1213,9 +1213,9 @@ class _Dilation:
             )
             if a != b
         )
-        detail = f"lattice factor {factor} -> {new_factor}"
+        detail = f"on the lattice of factor {factor}"
         if any(convert):
-            detail = f"stride -> dilation; {detail}"
+            detail = f"stride -> dilation: lattice factor {factor} -> {new_factor}"
         self.plans[id(module)] = (
             new,
             Change(path, _brief(module, layer), _brief(new, new_layer), what, False, detail),
