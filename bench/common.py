@@ -263,7 +263,7 @@ def _cpu_model() -> str:
 
 
 def _onednn_version() -> str:
-    m = re.search(r"oneDNN v([\w.]+)", torch.__config__.show())
+    m = re.search(r"(?:oneDNN|MKL-DNN) v([\w.]+)", torch.__config__.show())
     return m.group(1) if m else "?"
 
 

@@ -289,8 +289,10 @@ def overhead_table(threads: int, rounds: int) -> str:
             ]
             for name in ("padkit layer", "padkit.functional"):
                 t = res.get(name)
-                us = 0.0 if t is None else t.ms * 1e3
-                cells.append("" if t is None else f"{us:.1f} (+{us - base:.1f}; {t.ratio:.2f}x)")
+                # the extra time from the paired ratio, which is robust to drifts
+                extra = 0.0 if t is None else (t.ratio - 1.0) * base
+                ms = 0.0 if t is None else t.ms * 1e3
+                cells.append("" if t is None else f"{ms:.1f} (+{extra:.1f}; {t.ratio:.2f}x)")
             cells.append(f"{other:.2f}")
             body.append(cells)
     header = [
