@@ -753,7 +753,13 @@ def convert(
     if input_shape is not None:
         if target is None:
             raise SurgeryError("convert(): input_shape is for convention ports; pass padding=")
-        input_shape = _tuple_of(input_shape, len(tuple(input_shape)), "input_shape")
+        shape: Any = input_shape
+        if not isinstance(shape, Sequence) or isinstance(shape, str):
+            raise TypeError(
+                "convert(): input_shape must be a full input shape (a tuple of ints such as "
+                f"(1, 3, 224, 224)), got {type(input_shape).__name__} ({input_shape!r})"
+            )
+        input_shape = _tuple_of(input_shape, len(input_shape), "input_shape")
     out = model if inplace else copy.deepcopy(model)
     report = SurgeryReport("convert")
 
@@ -807,8 +813,8 @@ def convert(
                 continue
             new = _build(folded, nxt)
             before = _brief(nxt)
-            seq._modules[names[i + 1]] = new
-            seq._modules[name] = nn.Identity()
+            _replace(out, [nxt_path], new)
+            _replace(out, [pad_path], nn.Identity())
             report.changes.append(
                 Change(
                     pad_path, repr(pad), "Identity", ("folded",), False, f"folded into {nxt_path}"
@@ -1140,7 +1146,10 @@ class _Dilation:
         layer = _layer(module)
         if layer is not None:
             return self.spatial(path, module, layer, st)
-        if isinstance(module, self.pointwise) and t in self.pointwise:
+        if t in self.pointwise:
+            m: Any = module
+            if isinstance(module, nn.BatchNorm2d) and m.running_mean is None:
+                raise self.refuse(path, module, "it normalises with batch statistics")
             return st
         if t.__module__.startswith("timm.layers.activations"):
             return st

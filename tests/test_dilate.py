@@ -279,6 +279,11 @@ def test_refuses_first_unknown_module() -> None:
     gn = torchvision.models.resnet18(norm_layer=lambda c: nn.GroupNorm(2, c))
     with pytest.raises(SurgeryError, match=r"'bn1' \(GroupNorm\)"):
         dilate(gn, 8)
+    batch_stats = torchvision.models.resnet18(
+        norm_layer=lambda c: nn.BatchNorm2d(c, track_running_stats=False)
+    )
+    with pytest.raises(SurgeryError, match=r"'bn1' \(BatchNorm2d\).*batch statistics"):
+        dilate(batch_stats, 8)
     blur = timm.create_model("resnet18", pretrained=False, aa_layer=BlurPool2d)
     with pytest.raises(SurgeryError, match=r"cannot handle 'maxpool\.1' \(BlurPool2d\)"):
         dilate(blur, 8)

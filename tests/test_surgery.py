@@ -95,6 +95,31 @@ def test_tf_efficientnet_b0() -> None:
             assert float((a - b).abs().max()) <= 1e-5 * float(a.abs().max())
 
 
+def test_tf_efficientnet_ported_both_ways() -> None:
+    """tf_efficientnet_b0 and efficientnet_b0 differ in padding (and BatchNorm eps): with the
+    eps aligned, each ported to the other's convention computes the other's numbers."""
+    torch.manual_seed(0)
+    tf = randomize_bn(timm.create_model("tf_efficientnet_b0", pretrained=False))
+    pt = timm.create_model("efficientnet_b0", pretrained=False).eval()
+    pt.load_state_dict(tf.state_dict())
+    for m in pt.modules():
+        if isinstance(m, nn.BatchNorm2d):
+            m.eps = 1e-3  # the TF ports' eps
+    dynamic = [p for p, m in tf.named_modules() if type(m) is Conv2dSame]
+    to_torch, report = convert(tf, padding="symmetric")
+    assert report.numbers_changed == dynamic
+    to_tf, report = convert(pt, padding="same")
+    assert report.numbers_changed == dynamic
+    for size in (64, 67):
+        x = torch.randn(1, 3, size, size)
+        a, b = run(tf.forward_features, x), run(pt.forward_features, x)
+        if size == 64:
+            assert float((a - b).abs().max()) > 1e-3 * float(a.abs().max())
+        for ours, ref in ((to_torch, b), (to_tf, a)):
+            out = run(ours.forward_features, x)
+            assert float((out - ref).abs().max()) <= 1e-5 * float(ref.abs().max())
+
+
 K, S, D = (1, 2, 3, 4, 5), (1, 2, 3), (1, 2)
 
 
@@ -482,6 +507,10 @@ def test_bad_arguments() -> None:
         convert(model, count_include_pad=False)
     with pytest.raises(PaddingError, match="input_shape is for convention ports"):
         convert(model, input_shape=(1, 3, 8, 8))
+    with pytest.raises(TypeError, match=r"input_shape must be a full input shape.*int \(8\)"):
+        convert(model, padding="same", input_shape=8)  # type: ignore[arg-type]
+    with pytest.raises(PaddingError, match=r"input_shape\[1\] must be >= 1"):
+        convert(model, padding="same", input_shape=(1, 0, 8, 8))
     assert PORT_TARGETS == ("same", "same_lower", "same_static", "same_static_lower", "symmetric")
 
 
