@@ -154,6 +154,52 @@ def test_any_reachable_output_stride(output_stride: int) -> None:
     assert identity_error(tv_features, model, dilated, x, 32 // output_stride) <= REL
 
 
+STEM_POOLS = {
+    "max 3/2 ceil": lambda: nn.MaxPool2d(3, 2, ceil_mode=True),
+    "max 2/2 ceil": lambda: nn.MaxPool2d(2, 2, ceil_mode=True),
+    "max 3/2 pad 1 ceil": lambda: nn.MaxPool2d(3, 2, 1, ceil_mode=True),
+    "max 3/2 dilation 2": lambda: nn.MaxPool2d(3, 2, 1, dilation=2),
+    "avg 3/2 pad 1 ceil excl": lambda: nn.AvgPool2d(
+        3, 2, 1, ceil_mode=True, count_include_pad=False
+    ),
+    "avg 3/2 ceil excl": lambda: nn.AvgPool2d(3, 2, ceil_mode=True, count_include_pad=False),
+    "avg 3/2 pad 1 incl": lambda: nn.AvgPool2d(3, 2, 1),
+}
+
+
+@pytest.mark.parametrize("pool", list(STEM_POOLS))
+def test_removed_pool_strides(pool: str) -> None:
+    """Pools whose stride is removed, ceil-mode overhang included, over odd and even sizes."""
+    torch.manual_seed(0)
+    block = torchvision.models.resnet.BasicBlock
+    model = randomize_bn(torchvision.models.resnet.ResNet(block, [1, 1, 1, 1]))
+    model.maxpool = STEM_POOLS[pool]()
+    dilated, report = dilate(model, 2)
+    assert report.paths[0] == "maxpool"
+    for n in range(33, 39):
+        x = torch.randn(1, 3, n, n)
+        assert identity_error(tv_features, model, dilated, x, 16) <= REL, n
+
+
+def test_refuses_what_no_padding_reproduces() -> None:
+    block = torchvision.models.resnet.BasicBlock
+    model = torchvision.models.resnet.ResNet(block, [1, 1, 1, 1])
+    model.maxpool = nn.AvgPool2d(3, 2, 1, ceil_mode=True)
+    with pytest.raises(SurgeryError, match=r"'maxpool' \(AvgPool2d\): ceil_mode with count_incl"):
+        dilate(model, 2)
+    dilate(model, 4)  # the pool keeps its stride: nothing to reproduce
+    model.maxpool = nn.MaxPool2d(2, 2, 1, ceil_mode=True)
+    with pytest.raises(SurgeryError, match="may drop a window that starts in the padding"):
+        dilate(model, 2)
+    model.maxpool = nn.MaxPool2d(3, 2, 1, return_indices=True)
+    with pytest.raises(SurgeryError, match="return_indices"):
+        dilate(model, 2)
+    model.maxpool = nn.MaxPool2d(3, 2, 1)
+    model.layer4[0].conv2.padding_mode = "reflect"
+    with pytest.raises(SurgeryError, match=r"'layer4\.0\.conv2'.*padding_mode='reflect'"):
+        dilate(model, 16)
+
+
 def test_output_stride_32_is_a_copy() -> None:
     model = torchvision.models.resnet18().eval()
     same, report = dilate(model, 32)
