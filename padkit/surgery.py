@@ -111,6 +111,15 @@ class SurgeryReport:
         changes: every module replaced or modified, in model order.
         skipped: candidates left unchanged, with the reason.
         notes: remarks that concern the model as a whole.
+
+    Example:
+        >>> net = torch.nn.Sequential(torch.nn.Conv2d(1, 1, 3, stride=2, padding=1))
+        >>> _, report = convert(net, padding="same")
+        >>> print(report)  # doctest: +NORMALIZE_WHITESPACE
+        padkit.surgery.convert: 1 change(s)
+          0: Conv2d k=(3, 3) s=(2, 2) d=(1, 1) pads=((1, 1), (1, 1))
+             -> padkit.Conv2d k=(3, 3) s=(2, 2) d=(1, 1) pads=('same', 'same') [numbers change]
+              every axis: at even sizes (e.g. n=12: pads (1, 1) -> (0, 1))
     """
 
     operation: str
