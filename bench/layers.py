@@ -244,7 +244,7 @@ def target_report(rows: list[Row]) -> str:
         limit = 1.10 if r.layout == "CL" else 1.05
         misses = []
         if p.ratio > limit:
-            misses.append(f"padkit {p.ratio:.2f} > {limit:.2f}")
+            misses.append(f"padkit {p.ratio:.3f} > {limit:.2f}")
         if _asymmetric(cases[r.case]):
             others = [
                 _t(r, c)
