@@ -276,14 +276,13 @@ def _apply_pad(x: Tensor, pairs: Pairs, mode: str, value: float, fname: str) -> 
         n = x.shape[first + i]
         if mode == "reflect" and max(lo, hi) >= n:
             raise PaddingError(
-                f"{fname}(): reflect padding {(lo, hi)} on axis {first + i} needs pads smaller "
-                f"than "
-                f"the input size there ({n})"
+                f"{fname}(): reflect padding {(lo, hi)} on axis {first + i} (spatial axis {i}) "
+                f"needs pads smaller than the input size there ({n})"
             )
         if mode == "circular" and max(lo, hi) > n:
             raise PaddingError(
-                f"{fname}(): circular padding {(lo, hi)} on axis {first + i} needs pads no larger "
-                f"than the input size there ({n})"
+                f"{fname}(): circular padding {(lo, hi)} on axis {first + i} (spatial axis {i}) "
+                f"needs pads no larger than the input size there ({n})"
             )
         if mode != "constant" and n == 0:
             raise PaddingError(f"{fname}(): {mode} padding of an empty axis {first + i}")
@@ -623,6 +622,19 @@ def _conv_transpose_crops(
         end = hi - op[i]  # what to remove at the end; negative extends with zeros (+ bias)
         if lo < 0:
             raise PaddingError(f"{fname}(): a transposed conv cannot crop {lo} at the start")
+        k_eff = d[i] * (weight.shape[2 + i] - 1) + 1
+        length = (x.shape[x.dim() - nd + i] - 1) * s[i] + k_eff - lo - end
+        if length <= 0:
+            raise PaddingError(
+                f"{fname}(): the crops {crops[i]} (output_padding {op[i]}) leave no output on "
+                f"spatial axis {i}: the full output has {length + lo + end} element(s)"
+            )
+        if lo == hi and 0 <= op[i] < max(s[i], d[i]):
+            # torch's own symmetric padding with output_padding: no crop at all
+            native_p.append(lo)
+            native_op.append(op[i])
+            slices.append((0, 0))
+            continue
         p = min(lo, max(end, 0))
         o = p - end if end < p else 0
         if o >= max(s[i], d[i]):
@@ -636,10 +648,7 @@ def _conv_transpose_crops(
     out = _CONV_T[nd](x, weight, bias, s, tuple(native_p), tuple(native_op), groups, d)
     for i, (a, b) in enumerate(slices):
         if a or b:
-            length = out.shape[2 + i] - a - b
-            if length <= 0:
-                raise PaddingError(f"{fname}(): the crops {crops[i]} leave no output on axis {i}")
-            out = out.narrow(2 + i, a, length)
+            out = out.narrow(out.dim() - nd + i, a, out.shape[out.dim() - nd + i] - a - b)
     return out
 
 
@@ -1120,6 +1129,12 @@ def _avg_pool(
     )
     if x.dtype == torch.bool:
         raise TypeError(f"{fname}(): average pooling does not support bool tensors")
+    if nd == 3 and x.device.type == "cpu" and x.dtype in (torch.float16, torch.bfloat16):
+        # torch has no half-precision avg_pool3d on the CPU: average in float32, round once
+        out = _avg_pool(
+            fname, nd, x.float(), k, s, pairs, ceil, count_include_pad, divisor_override, d
+        ).to(x.dtype)
+        return out.squeeze(0) if unbatched else out
     native_dtype = x.dtype.is_floating_point or x.dtype == torch.int64
     plan = plan_pool(
         "avg_pool",
@@ -1173,7 +1188,10 @@ def _avg_pool(
 def _check_divisor(fname: str, value: Any) -> int:
     from .spec import _as_int
 
-    v = _as_int(value, "divisor_override")
+    try:
+        v = _as_int(value, "divisor_override")
+    except TypeError as err:
+        raise TypeError(f"{fname}(): {err}") from None
     if v == 0:
         raise PaddingError(f"{fname}(): divisor_override must not be zero, got {value!r}")
     return v

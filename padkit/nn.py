@@ -72,6 +72,23 @@ def _check_sizes(
     return k, s, d
 
 
+def _check_groups(cls: str, in_channels: Any, out_channels: Any, groups: Any) -> None:
+    """torch's channel/group rules, with the values in the message."""
+    from .spec import _as_int
+
+    try:
+        g = _as_int(groups, "groups")
+        cin = _as_int(in_channels, "in_channels")
+        cout = _as_int(out_channels, "out_channels")
+    except TypeError as err:
+        raise TypeError(f"{cls}: {err}") from None
+    if g < 1:
+        raise PaddingError(f"{cls}: groups must be a positive int, got groups={groups!r}")
+    for name, value in (("in_channels", cin), ("out_channels", cout)):
+        if value < 1 or value % g:
+            raise PaddingError(f"{cls}: {name}={value} must be a positive multiple of groups={g}")
+
+
 def _padding_repr(spec: Padding) -> str:
     return (
         spec.describe()
@@ -216,6 +233,7 @@ def _conv_init(
     cls = type(self).__name__
     self._nd = nd
     _check_sizes(cls, nd, kernel_size, stride, dilation)
+    _check_groups(cls, in_channels, out_channels, groups)
     torch_mode = self._setup(padding, padding_mode)
     base.__init__(
         self,
@@ -440,6 +458,7 @@ def _conv_t_init(
     cls = type(self).__name__
     self._nd = nd
     k, s, d = _check_sizes(cls, nd, kernel_size, stride, dilation)
+    _check_groups(cls, in_channels, out_channels, groups)
     if padding_mode != "zeros":
         raise PaddingError(
             f"{cls}: padding_mode must be 'zeros' for a transposed conv (it crops its output "
@@ -889,10 +908,7 @@ def _avg_init(
     self._nd = nd
     self._pool_setup(kernel_size, stride, padding, dilation)
     if divisor_override is not None:
-        try:
-            PF._check_divisor(type(self).__name__, divisor_override)
-        except (PaddingError, TypeError) as err:
-            raise type(err)(f"{type(self).__name__}: {err}") from None
+        PF._check_divisor(type(self).__name__, divisor_override)
     if nd == 1:
         base.__init__(self, kernel_size, stride, 0, ceil_mode, count_include_pad)
         self.divisor_override = divisor_override

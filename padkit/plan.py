@@ -310,6 +310,8 @@ def _plan_pool(
         return explicit("torch's avg_pool has no dilation: window sums over a strided view")
     if not native_dtype:
         return explicit("the dtype has no native kernel for this pool")
+    if op == "avg_pool" and nd == 3 and any(nn < kk for nn, kk in zip(n, k)):
+        return explicit("torch's avg_pool3d refuses an input shorter than the kernel")
 
     def fits(p: Sequence[int]) -> bool:  # torch: pad <= kernel // 2 (raw kernel)
         return all(pp <= kk // 2 for pp, kk in zip(p, k))

@@ -89,10 +89,20 @@ _SIZE_DEPENDENT = ("same", "same_lower")
 # ----------------------------------------------------------------------------- small helpers
 
 
+def _is_tensor(value: Any) -> bool:
+    # a 0-d integer tensor passes operator.index, but a padding held in a tensor is a
+    # mistake (it would be synchronised to the host on every call): refuse it by its type
+    return type(value).__module__.split(".")[0] == "torch"
+
+
 def _as_int(value: Any, name: str) -> int:
-    """``value`` as a Python int; booleans, floats and other types raise TypeError."""
+    """``value`` as a Python int; booleans, floats, tensors and other types raise TypeError."""
     if isinstance(value, bool):
         raise TypeError(f"{name} must be an int, got a bool ({value!r})")
+    if _is_tensor(value):
+        raise TypeError(
+            f"{name} must be an int, got a Tensor ({value!r}); use int(t) or t.tolist()"
+        )
     try:
         return operator.index(value)
     except TypeError:
@@ -100,7 +110,7 @@ def _as_int(value: Any, name: str) -> int:
 
 
 def _is_int_like(value: Any) -> bool:
-    if isinstance(value, bool):
+    if isinstance(value, bool) or _is_tensor(value):
         return False
     try:
         operator.index(value)
@@ -246,6 +256,11 @@ class Padding:
                 f"{type(padding).__name__} ({padding!r}); accepted: {_FORMS}"
             )
         if ndim is not None:
+            if not spec.broadcast and len(spec.axes) != ndim:
+                raise PaddingError(
+                    f"{name} has {len(spec.axes)} axis/axes ({name}={padding!r}) but the operation "
+                    f"has {ndim} spatial axis/axes; give one entry per spatial axis"
+                )
             spec = spec.expand(ndim, name=name)
         if not allow_negative:
             for i, rule in enumerate(spec.axes):
@@ -519,12 +534,23 @@ class Padding:
     ) -> Padding:
         """From ONNX Conv/Pool attributes: ``pads=[b1, b2, ..., e1, e2, ...]`` and ``auto_pad``.
 
+        ONNX's ``ceil_mode`` is the pool's own rounding, not padding: pass it to the padkit
+        pool (``MaxPool2d(..., ceil_mode=True)``). ``ceil_mode=1`` here is refused, because a
+        padding spec with rounding is Caffe's (:meth:`from_caffe`), which differs from ONNX's
+        where a window would start past the input.
+
         Example:
             >>> Padding.from_onnx(pads=[0, 0, 1, 1]).axes
             ((0, 1), (0, 1))
             >>> Padding.from_onnx(auto_pad="SAME_LOWER", ndim=2).axes
             ('same_lower', 'same_lower')
         """
+        if ceil_mode:
+            raise PaddingError(
+                f"ceil_mode={ceil_mode!r}: ONNX's ceil_mode is the pool's rounding, not padding; "
+                "pass ceil_mode=True to the padkit pool and Padding.from_onnx(pads=..., "
+                "auto_pad=...) as its padding (Padding.from_caffe is Caffe's rounding)"
+            )
         if isinstance(auto_pad, bytes):
             auto_pad = auto_pad.decode()
         if not isinstance(auto_pad, str) or auto_pad.upper() not in _ONNX_AUTO_PAD:
@@ -536,23 +562,20 @@ class Padding:
                     f"pads={list(pads)!r} cannot be used together with auto_pad={auto_pad!r}"
                 )
             rule = {"SAME_UPPER": "same", "SAME_LOWER": "same_lower", "VALID": "valid"}[mode]
-            if ceil_mode:
-                raise PaddingError(f"ceil_mode cannot be combined with auto_pad={auto_pad!r} here")
             if ndim is None and pads is not None and len(pads) > 0:
                 ndim = len(pads) // 2
             spec = cls((rule,), broadcast=True)
             return spec if ndim is None else spec.expand(ndim)
         if pads is None:
             if ndim is None:
-                return cls(((0, 0),), broadcast=True, ceil_mode=bool(ceil_mode))
-            return cls(((0, 0),) * ndim, ceil_mode=bool(ceil_mode))
+                return cls(((0, 0),), broadcast=True)
+            return cls(((0, 0),) * ndim)
         values = _int_list(pads, "pads")
         if len(values) % 2 or (ndim is not None and len(values) != 2 * ndim):
             expected = "an even length" if ndim is None else f"length {2 * ndim}"
             raise PaddingError(f"pads must have {expected}, got {values!r}")
         half = len(values) // 2
-        spec = cls.parse(tuple(zip(values[:half], values[half:])), name="pads")
-        return cls(spec.axes, ceil_mode=bool(ceil_mode))
+        return cls.parse(tuple(zip(values[:half], values[half:])), name="pads")
 
     def to_onnx(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
         """ONNX attributes: ``{"auto_pad": ...}`` or ``{"pads": [...]}`` (+ ``ceil_mode``).
