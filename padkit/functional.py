@@ -1018,6 +1018,15 @@ def _max_pool(
             return_indices,
         )
         if return_indices:
+            if not _compiling():
+                counts = _divisor(sizes, k, s, d, pairs, outs, False)
+                if any(0 in c for c in counts):
+                    axis = next(i for i, c in enumerate(counts) if 0 in c)
+                    raise PaddingError(
+                        f"{fname}(): with pads {pairs[axis]} a window on spatial axis {axis} "
+                        "holds only padding, so it has no input index; use smaller pads or "
+                        "return_indices=False"
+                    )
             res = (res[0], _unpad_indices(res[1], nd, xp.shape[2:], sizes, full))
     if nd_done:
         if return_indices:
