@@ -1,0 +1,368 @@
+"""The ``padkit`` command: a thin argparse shell over :mod:`padkit.inspect`,
+:mod:`padkit.onnx.verify` and :mod:`padkit.explain`.
+
+Exit codes: 0 success, 1 failure (a verify mismatch, a model that does not load, any
+library error), 2 usage error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from . import __version__
+
+__all__ = ["main"]
+
+_DESCRIPTION = (
+    "Exact padding for conv and pool layers: inspect models, verify ONNX imports, "
+    "and draw every framework's padding convention."
+)
+
+_EPILOG = """\
+examples:
+  padkit verify                                   # the bundled GoogLeNet-style model vs onnxruntime
+  padkit verify model.onnx --input-shape 1,3,224,224
+  padkit inspect model.onnx
+  padkit inspect torchvision.models:resnet18 --input-shape 1,3,224,224
+  padkit inspect timm:tf_efficientnet_b0 --input-shape 1,3,224,224 --json
+  padkit explain --kernel 3 --stride 2 --input 8
+  padkit explain -k 4 -s 2 -n 9 --convention tf,flux --png same.png
+
+Run 'padkit COMMAND --help' for each command's options.
+"""
+
+_INSPECT_EPILOG = """\
+MODEL is an ONNX file, or a torch model given as 'package.module:factory': padkit imports
+the module (the current directory is searched first) and calls factory() with no
+arguments. When the module has no such attribute but a create_model function, as timm
+does, create_model(name) is called. Weights are whatever the factory gives (torchvision
+and timm: random).
+
+examples:
+  padkit inspect googlenet.onnx
+  padkit inspect torchvision.models:resnet18
+  padkit inspect timm:tf_efficientnet_b0 --input-shape 1,3,224,224
+  padkit inspect mymodels:build_net --input-shape 1,3,64,64 --json > layers.json
+"""
+
+_VERIFY_EPILOG = """\
+Without MODEL, verify runs the bundled example: a small GoogLeNet-style graph with
+Caffe-style pools (MaxPool pads [0,0,1,1], ceil_mode), LRN, an inception block, Gemm and
+softmax. An output passes when every element is within atol + rtol*|onnxruntime|.
+
+examples:
+  padkit verify
+  padkit verify model.onnx --seed 1 --atol 1e-5
+  padkit verify model.onnx --input-shape 1,3,320,320          # fills dynamic dims
+  padkit verify two_inputs.onnx --input a.npy --input b.npy    # or --input NAME=FILE.npy
+"""
+
+_EXPLAIN_EPILOG = """\
+conventions (default: all):
+  tf          TF/XLA SAME = ONNX SAME_UPPER: input-size dependent, odd pad at the end
+  onnx-lower  ONNX/JAX SAME_LOWER: odd pad at the start
+  torch       torch padding='same': total k_eff-1, odd pad at the end; refused at stride > 1
+  torch-sym   torch symmetric padding=(k_eff-1)//2
+  flux        Flux SamePad(): total k_eff-1, odd pad at the start
+  caffe       Caffe pooling: symmetric --pad, ceil rounding
+
+examples:
+  padkit explain --kernel 3 --stride 2 --input 8
+  padkit explain -k 2 -s 1 -n 5 --convention tf,onnx-lower,torch,flux
+  padkit explain -k 3 -s 2 -n 112 --convention caffe --pad 0
+  padkit explain -k 3 -s 2 -n 8 --png windows.png        # needs matplotlib
+"""
+
+
+# ----------------------------------------------------------------------------- argument types
+
+
+def _shape(text: str) -> tuple[int, ...]:
+    try:
+        dims = tuple(int(v) for v in text.replace("x", ",").split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"a shape is comma-separated positive ints such as 1,3,224,224, got {text!r}"
+        ) from None
+    if not dims or any(v < 1 for v in dims):
+        raise argparse.ArgumentTypeError(
+            f"a shape is comma-separated positive ints such as 1,3,224,224, got {text!r}"
+        )
+    return dims
+
+
+def _named_shape(text: str) -> tuple[str | None, tuple[int, ...]]:
+    name, sep, rest = text.rpartition("=")
+    return (name, _shape(rest)) if sep else (None, _shape(text))
+
+
+def _named_file(text: str) -> tuple[str | None, str]:
+    name, sep, rest = text.partition("=")
+    if sep and name and not os.path.exists(text):
+        return name, rest
+    return None, text
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive int, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive int, got {value}")
+    return value
+
+
+def _non_negative(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an int >= 0, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected an int >= 0, got {value}")
+    return value
+
+
+def _conventions(text: str) -> tuple[str, ...]:
+    from .explain import parse_conventions
+
+    try:
+        return parse_conventions(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+
+
+def _by_name(items: Sequence[tuple[str | None, Any]], what: str) -> Any:
+    """Positional values as a list, or named ones as a dict (not both)."""
+    named = [n for n, _ in items if n is not None]
+    if named and len(named) != len(items):
+        raise _UsageError(f"give every {what} as NAME=... or none of them")
+    return {n: v for n, v in items} if named else [v for _, v in items]
+
+
+class _UsageError(Exception):
+    """A usage error found after parsing (exit code 2)."""
+
+
+# ----------------------------------------------------------------------------- commands
+
+
+def _progress(command: str) -> Any:
+    start = time.perf_counter()
+
+    def say(message: str) -> None:
+        print(
+            f"padkit {command}: [{time.perf_counter() - start:5.2f} s] {message}", file=sys.stderr
+        )
+
+    return say
+
+
+def _cmd_inspect(args: argparse.Namespace) -> int:
+    from .inspect import format_table, inspect_model
+
+    model = args.model
+    if not os.path.exists(model) and ":" in model and os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())  # 'mymodels:build' from the current directory
+    reports = inspect_model(model, args.input_shape)
+    if args.json:
+        payload = {
+            "model": model,
+            "input_shape": list(args.input_shape) if args.input_shape else None,
+            "layers": [r.to_dict() for r in reports],
+        }
+        print(json.dumps(payload, indent=2))
+    else:
+        print(format_table(reports))
+    return 0
+
+
+def _cmd_verify(args: argparse.Namespace) -> int:
+    say = _progress("verify")
+    if not args.quiet:
+        say("loading torch, onnx and onnxruntime ...")
+    from .onnx.verify import verify
+
+    inputs: Any = None
+    if args.input:
+        import numpy as np
+
+        files = _by_name([_named_file(t) for t in args.input], "--input")
+        if isinstance(files, dict):
+            inputs = {name: np.load(path) for name, path in files.items()}
+        else:
+            inputs = [np.load(path) for path in files]
+    shapes = _by_name(args.input_shape, "--input-shape") if args.input_shape else None
+    if args.model is None:
+        from .examples import example_model
+
+        model: Any = example_model("googlenet_mini")
+        name = "googlenet_mini (bundled example, padkit/examples/googlenet_mini.onnx)"
+        if not args.quiet:
+            say(f"loading the bundled example {name.split()[0]} ...")
+    else:
+        model, name = args.model, args.model
+        if not args.quiet:
+            say(f"loading {name} ...")
+    report = verify(
+        model,
+        inputs,
+        input_shapes=shapes,
+        seed=args.seed,
+        atol=args.atol,
+        rtol=args.rtol,
+        progress=None if args.quiet else say,
+        name=name,
+    )
+    print(report)
+    return 0 if report.passed else 1
+
+
+def _cmd_explain(args: argparse.Namespace) -> int:
+    from .explain import explain
+
+    result = explain(
+        args.kernel,
+        args.stride,
+        args.input,
+        args.dilation,
+        args.convention,
+        caffe_pad=args.pad,
+    )
+    if args.png:
+        result.to_png(args.png)
+        print(f"wrote {args.png}", file=sys.stderr)
+    print(result)
+    return 0
+
+
+# ----------------------------------------------------------------------------- parser
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``padkit`` argument parser."""
+    fmt = argparse.RawDescriptionHelpFormatter
+    parser = argparse.ArgumentParser(
+        prog="padkit", description=_DESCRIPTION, epilog=_EPILOG, formatter_class=fmt
+    )
+    parser.add_argument("--version", action="version", version=f"padkit {__version__}")
+    parser.add_argument(
+        "--traceback", action="store_true", help="show the full traceback of an error"
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+
+    p = sub.add_parser(
+        "inspect",
+        help="table of every conv/pool layer's padding, with warnings",
+        description="List every conv, transposed conv and pool layer: kernel, stride, "
+        "dilation, resolved pads per side, auto_pad, symmetric or not, input-size dependent "
+        "or not, and what it exports to (torch) or how padkit imports it (ONNX), with "
+        "warnings for the padding that breaks ports.",
+        epilog=_INSPECT_EPILOG,
+        formatter_class=fmt,
+    )
+    p.add_argument("model", metavar="MODEL", help="an ONNX file or 'package.module:factory'")
+    p.add_argument(
+        "--input-shape",
+        type=_shape,
+        metavar="SHAPE",
+        help="full input shape, e.g. 1,3,224,224: resolves input-size dependent pads "
+        "(torch: one traced forward of zeros; ONNX: shape inference)",
+    )
+    p.add_argument("--json", action="store_true", help="print JSON instead of the table")
+    p.set_defaults(run=_cmd_inspect)
+
+    p = sub.add_parser(
+        "verify",
+        help="import an ONNX model with padkit and compare it with onnxruntime",
+        description="Import MODEL with padkit.onnx.load, run it and onnxruntime on the same "
+        "inputs, print the max abs difference per output and PASS/FAIL (exit 0/1).",
+        epilog=_VERIFY_EPILOG,
+        formatter_class=fmt,
+    )
+    p.add_argument("model", metavar="MODEL", nargs="?", help="an ONNX file (default: bundled)")
+    p.add_argument(
+        "--input",
+        action="append",
+        metavar="[NAME=]FILE.npy",
+        help="an input array (repeat for several graph inputs, in graph order or by name)",
+    )
+    p.add_argument(
+        "--input-shape",
+        action="append",
+        type=_named_shape,
+        metavar="[NAME=]SHAPE",
+        help="shape of a random input, e.g. 1,3,224,224 (repeatable; fills dynamic dims)",
+    )
+    p.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
+    p.add_argument("--atol", type=float, default=1e-4, help="absolute tolerance (default 1e-4)")
+    p.add_argument("--rtol", type=float, default=1e-4, help="relative tolerance (default 1e-4)")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress messages on stderr")
+    p.set_defaults(run=_cmd_verify)
+
+    p = sub.add_parser(
+        "explain",
+        help="draw where each output window sits under each padding convention",
+        description="Draw, for one axis, the padded input and every output window's taps "
+        "under each convention, aligned on the input positions, with the (lo, hi) pads and "
+        "the output length. All numbers come from padkit.spec.",
+        epilog=_EXPLAIN_EPILOG,
+        formatter_class=fmt,
+    )
+    p.add_argument("-k", "--kernel", type=_positive, required=True, help="kernel size")
+    p.add_argument("-s", "--stride", type=_positive, default=1, help="stride (default 1)")
+    p.add_argument("-n", "--input", type=_positive, required=True, help="input length")
+    p.add_argument("-d", "--dilation", type=_positive, default=1, help="dilation (default 1)")
+    p.add_argument(
+        "-c",
+        "--convention",
+        type=_conventions,
+        default=None,
+        metavar="LIST",
+        help="comma-separated: tf, onnx-lower, torch, torch-sym, flux, caffe (default: all)",
+    )
+    p.add_argument(
+        "--pad",
+        type=_non_negative,
+        default=None,
+        help="Caffe's symmetric pad (default (kernel-1)//2)",
+    )
+    p.add_argument("--png", metavar="FILE", help="also draw the picture with matplotlib")
+    p.set_defaults(run=_cmd_explain)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the ``padkit`` command; returns the exit code.
+
+    Example:
+        >>> main(["explain", "-k", "3", "-s", "2", "-n", "8", "-c", "tf"])  # doctest: +ELLIPSIS
+        kernel 3, stride 2, ...
+        tf          (0, 1)   4       end
+        0
+    """
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exit_:  # --help, --version, usage errors (2)
+        return exit_.code if isinstance(exit_.code, int) else 0
+    try:
+        return int(args.run(args))
+    except _UsageError as err:
+        print(f"padkit {args.command}: error: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("padkit: interrupted", file=sys.stderr)
+        return 130
+    except Exception as err:  # the CLI boundary: a plain message instead of a traceback
+        if args.traceback:
+            raise
+        print(f"padkit {args.command}: error: {type(err).__name__}: {err}", file=sys.stderr)
+        return 1
