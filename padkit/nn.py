@@ -10,9 +10,11 @@ per input shape and cached.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
+import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from . import functional as PF
@@ -99,10 +101,91 @@ def _padding_repr(spec: Padding) -> str:
     )
 
 
+# ----------------------------------------------------------------------------- fast path
+#
+# A layer called again with an input of the same shape runs exactly what its first call
+# ran, without re-parsing its arguments or re-planning: the first call (the full path, with
+# every check) stores a closure per key, later calls look it up. Tracing (torch.compile,
+# torch.export, the ONNX exporters, torch.jit) always takes the full path.
+
+_FastFn = Callable[[Any, Tensor], Any]
+
+
+def _tracing() -> bool:
+    return bool(torch.compiler.is_compiling() or torch._C._get_tracing_state())
+
+
+class _FastCache(dict[tuple[Any, ...], "_FastFn | None"]):
+    """Per-layer memo: key -> closure (None: this key always takes the full path)."""
+
+    MAX_ENTRIES = 64
+
+    def remember(self, key: tuple[Any, ...], fn: _FastFn | None) -> None:
+        if len(self) >= self.MAX_ENTRIES:
+            self.clear()
+        self[key] = fn
+
+
+class _Memo:
+    """Drops the fast-path memo (closures) from pickles and copies."""
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state.pop("_padkit_fast", None)
+        return state
+
+
+def _fast_cache(module: Any) -> _FastCache:
+    cache: _FastCache | None = module.__dict__.get("_padkit_fast")
+    if cache is None:
+        cache = _FastCache()
+        module.__dict__["_padkit_fast"] = cache
+    return cache
+
+
+class _PaddedWeight:
+    """The zero-extended kernel of a frozen weight, rebuilt when the weight changes."""
+
+    def __init__(self, ext: Sequence[int]) -> None:
+        self.ext = ext
+        self.source: Tensor | None = None
+        self.stamp: tuple[int, int] = (0, -1)
+        self.padded: Tensor | None = None
+
+    def __call__(self, weight: Tensor) -> Tensor:
+        if torch.is_grad_enabled() and weight.requires_grad:
+            return F.pad(weight, self.ext)
+        stamp = (weight.data_ptr(), weight._version)
+        if self.source is not weight or self.stamp != stamp or self.padded is None:
+            self.padded = F.pad(weight.detach(), self.ext)
+            self.source, self.stamp = weight, stamp
+        return self.padded
+
+
+def _conv_fast(layer: Any, x: Tensor) -> _FastFn | None:
+    nd = layer._nd
+    if x.dim() != nd + 2 or layer.padding_mode != "zeros":
+        return None
+    plan = layer.plan(tuple(x.shape))
+    conv = PF._CONV[nd]
+    s, d, g = tuple(layer.stride), tuple(layer.dilation), layer.groups
+    native = plan.native_padding
+    # the closures take the layer as an argument: replicas (DataParallel) share the memo
+    if plan.strategy == "native":
+        return lambda m, x: conv(x, m.weight, m.bias, s, native, d, g)
+    if plan.strategy == "zero_extend":
+        padded = _PaddedWeight(PF._torch_pad(plan.kernel_ext))
+        return lambda m, x: conv(x, padded(m.weight), m.bias, s, native, d, g)
+    if plan.strategy == "crop":
+        return lambda m, x: PF._narrow_out(conv(x, m.weight, m.bias, s, native, d, g), plan)
+    pre = PF._torch_pad(plan.pre_pad)
+    return lambda m, x: conv(F.pad(x, pre), m.weight, m.bias, s, native, d, g)
+
+
 # ----------------------------------------------------------------------------- convolution
 
 
-class _PadConv:
+class _PadConv(_Memo):
     """Shared behaviour of the padkit conv layers (mixed into the torch classes)."""
 
     pad_spec: Padding
@@ -199,6 +282,28 @@ class _PadConv:
 
 
 class _ConvMixin(_PadConv):
+    def forward(self, input: Tensor) -> Tensor:
+        if _tracing():
+            return self._forward(input, self.weight, self.bias)
+        key = (
+            input.shape,
+            self.weight.shape,
+            self.stride,
+            self.dilation,
+            self.groups,
+            self.padding_mode,
+            self.pad_spec,
+        )
+        cache = _fast_cache(self)
+        fn = cache.get(key, False)
+        if fn is False:
+            out = self._forward(input, self.weight, self.bias)
+            cache.remember(key, _conv_fast(self, input))
+            return out
+        if fn is None:
+            return self._forward(input, self.weight, self.bias)
+        return fn(self, input)  # type: ignore[operator,no-any-return]
+
     def _forward(self, input: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
         return PF._conv(
             type(self).__name__,
@@ -302,9 +407,6 @@ class Conv1d(_ConvMixin, nn.Conv1d):
             dtype,
         )
 
-    def forward(self, input: Tensor) -> Tensor:
-        return self._forward(input, self.weight, self.bias)
-
 
 class Conv2d(_ConvMixin, nn.Conv2d):
     """``torch.nn.Conv2d`` with every padkit ``padding=`` form, exact at any stride.
@@ -356,9 +458,6 @@ class Conv2d(_ConvMixin, nn.Conv2d):
             dtype,
         )
 
-    def forward(self, input: Tensor) -> Tensor:
-        return self._forward(input, self.weight, self.bias)
-
 
 class Conv3d(_ConvMixin, nn.Conv3d):
     """``torch.nn.Conv3d`` with every padkit ``padding=`` form, exact at any stride.
@@ -403,9 +502,6 @@ class Conv3d(_ConvMixin, nn.Conv3d):
             device,
             dtype,
         )
-
-    def forward(self, input: Tensor) -> Tensor:
-        return self._forward(input, self.weight, self.bias)
 
 
 # ----------------------------------------------------------------------------- transposed
@@ -658,7 +754,7 @@ class ConvTranspose3d(_ConvTransposeMixin, nn.ConvTranspose3d):
 # ----------------------------------------------------------------------------- pooling
 
 
-class _PadPool:
+class _PadPool(_Memo):
     pad_spec: Padding
     _nd: int
     _static: tuple[tuple[int, int], ...] | None
@@ -739,11 +835,85 @@ def _pool_padding_attr(spec: Padding, static: tuple[tuple[int, int], ...] | None
     return form
 
 
+def _pool_fast(layer: Any, x: Tensor, op: str) -> _FastFn | None:
+    nd = layer._nd
+    if x.dim() != nd + 2 or layer.pad_spec.ceil_mode:
+        return None
+    if op == "avg_pool" and (
+        not x.dtype.is_floating_point
+        or (nd == 3 and x.device.type == "cpu" and x.dtype in (torch.float16, torch.bfloat16))
+    ):
+        return None
+    plan = layer.plan(tuple(x.shape))
+    if plan.strategy == "explicit":
+        return None
+    k = PF._lift(nd, _tuple_of(layer.kernel_size, nd, "kernel_size"), 1)
+    s = PF._lift(nd, plan_stride(layer), 1)
+    p = PF._lift(nd, plan.native_padding, 0)
+    ceil = plan.ceil_mode
+    crop = plan.strategy == "crop"
+
+    def finish(out: Tensor) -> Tensor:
+        out = PF._from2d(out, nd)
+        return PF._narrow_out(out, plan) if crop else out
+
+    if op == "avg_pool":
+        pool = PF._AVG_POOL[max(nd, 2)]
+        include, div = bool(layer.count_include_pad), layer.divisor_override
+        return lambda m, x: finish(pool(PF._to2d(x, nd), k, s, p, ceil, include, div))
+    d = PF._lift(nd, _tuple_of(layer.dilation, nd, "dilation"), 1)
+    if layer.return_indices:
+        mp = PF._MAX_POOL[max(nd, 2)]
+
+        def with_indices(m: Any, x: Tensor) -> tuple[Tensor, Tensor]:
+            out, idx = mp(PF._to2d(x, nd), k, s, p, d, ceil, True)
+            return finish(out), finish(idx)
+
+        return with_indices
+    mp = torch.max_pool3d if nd == 3 else torch.max_pool2d
+    return lambda m, x: finish(mp(PF._to2d(x, nd), k, s, p, d, ceil))
+
+
+def plan_stride(layer: Any) -> tuple[int, ...]:
+    k = _tuple_of(layer.kernel_size, layer._nd, "kernel_size")
+    return k if layer.stride is None else _tuple_of(layer.stride, layer._nd, "stride")
+
+
+def _pool_forward(layer: Any, input: Tensor, op: str, full: Callable[[Tensor], Any]) -> Any:
+    if _tracing():
+        return full(input)
+    key = (
+        input.shape,
+        input.dtype,
+        input.device.type,
+        layer.kernel_size,
+        layer.stride,
+        layer.ceil_mode,
+        layer.pad_spec,
+        getattr(layer, "dilation", 1),
+        getattr(layer, "return_indices", False),
+        getattr(layer, "count_include_pad", True),
+        getattr(layer, "divisor_override", None),
+    )
+    cache = _fast_cache(layer)
+    fn = cache.get(key, False)
+    if fn is False:
+        out = full(input)
+        cache.remember(key, _pool_fast(layer, input, op))
+        return out
+    if fn is None:
+        return full(input)
+    return fn(layer, input)  # type: ignore[operator]
+
+
 class _MaxPoolMixin(_PadPool):
     dilation: Any
     return_indices: bool
 
     def forward(self, input: Tensor) -> Any:
+        return _pool_forward(self, input, "max_pool", self._forward)
+
+    def _forward(self, input: Tensor) -> Any:
         return PF._max_pool(
             type(self).__name__,
             self._nd,
@@ -870,6 +1040,9 @@ class _AvgPoolMixin(_PadPool):
     divisor_override: int | None
 
     def forward(self, input: Tensor) -> Tensor:
+        return _pool_forward(self, input, "avg_pool", self._forward)  # type: ignore[no-any-return]
+
+    def _forward(self, input: Tensor) -> Tensor:
         return PF._avg_pool(
             type(self).__name__,
             self._nd,

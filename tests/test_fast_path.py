@@ -1,0 +1,142 @@
+"""The per-layer fast path: a repeated call runs exactly what the first (fully checked) call ran.
+
+The reference for every repeated call is a fresh copy of the layer, whose first call takes the
+full path (argument parsing, resolution, planning); outputs must be bit-identical.
+"""
+
+from __future__ import annotations
+
+import copy
+import io
+import itertools
+from typing import Any
+
+import pytest
+import torch
+
+import padkit.nn as pnn
+from padkit import PaddingError
+
+
+def fresh_call(layer: torch.nn.Module, x: torch.Tensor) -> Any:
+    return copy.deepcopy(layer)(x)
+
+
+def assert_same(a: Any, b: Any) -> None:
+    if isinstance(a, tuple):
+        for u, v in zip(a, b, strict=True):
+            assert torch.equal(u, v)
+    else:
+        assert torch.equal(a, b)
+
+
+CONV_KW = [
+    {"padding": 1},
+    {"padding": "same", "stride": 2},
+    {"padding": "same", "stride": 2, "groups": 4},  # zero-extended kernel
+    {"padding": ((0, 1), (1, 0))},  # crop
+    {"padding": "same", "stride": 2, "dilation": 2},
+    {"padding": "same_lower", "stride": 2},
+    {"padding": 1, "padding_mode": "reflect"},  # full path every call
+]
+
+
+@pytest.mark.parametrize("kw", CONV_KW, ids=[str(k) for k in CONV_KW])
+def test_conv_repeated_calls_match_the_full_path(kw: dict[str, Any]) -> None:
+    torch.manual_seed(0)
+    conv = pnn.Conv2d(4, 4, 3, **kw)
+    for shape in [(2, 4, 11, 12), (2, 4, 12, 11), (2, 4, 11, 12), (4, 12, 12)]:
+        x = torch.randn(shape, requires_grad=True)
+        ref = fresh_call(conv, x)
+        out = conv(x)
+        assert_same(out, ref)
+        (g_ref,) = torch.autograd.grad(ref.sum(), x)
+        (g_out,) = torch.autograd.grad(conv(x).sum(), x)
+        assert torch.equal(g_out, g_ref)
+    assert len(conv.__dict__["_padkit_fast"]) == 3  # one entry per input shape
+
+
+def test_pool_repeated_calls_match_the_full_path() -> None:
+    torch.manual_seed(0)
+    layers: list[torch.nn.Module] = []
+    for nd, pad, stride, ceil in itertools.product(
+        (1, 2, 3), ("same", "same_lower", 1, "yolo"), (1, 2), (False, True)
+    ):
+        padding = ((0, 1),) * nd if pad == "yolo" else pad
+        mx = (pnn.MaxPool1d, pnn.MaxPool2d, pnn.MaxPool3d)[nd - 1]
+        av = (pnn.AvgPool1d, pnn.AvgPool2d, pnn.AvgPool3d)[nd - 1]
+        layers.append(mx(3, stride, padding=padding, ceil_mode=ceil))
+        layers.append(mx(3, stride, padding=padding, ceil_mode=ceil, return_indices=True))
+        layers.append(av(3, stride, padding=padding, ceil_mode=ceil, count_include_pad=False))
+        layers.append(av(3, stride, padding=padding, ceil_mode=ceil, count_include_pad=True))
+    checked = 0
+    for layer in layers:
+        nd = layer._nd  # type: ignore[attr-defined]
+        for n in (9, 10):
+            x = torch.randn(2, 3, *([n] * nd))
+            try:
+                ref = fresh_call(layer, x)
+            except PaddingError:
+                continue
+            assert_same(layer(x), ref)  # first call: full path
+            assert_same(layer(x), ref)  # second: the memo
+            checked += 1
+    assert checked > 150
+
+
+def test_frozen_weight_cache_follows_in_place_updates() -> None:
+    torch.manual_seed(0)
+    conv = pnn.Conv2d(8, 8, 3, stride=2, padding="same", groups=8)
+    x = torch.randn(1, 8, 16, 16)
+
+    def reference() -> torch.Tensor:
+        xp = torch.nn.functional.pad(x, (0, 1, 0, 1))  # TF SAME at 16, stride 2
+        return torch.nn.functional.conv2d(xp, conv.weight, conv.bias, 2, 0, 1, 8)
+
+    with torch.no_grad():
+        conv(x)
+        conv(x)
+        conv.weight.mul_(3)  # in place: the cached zero-extended kernel is stale
+        torch.testing.assert_close(conv(x), reference(), rtol=0, atol=1e-5)
+        conv.weight = torch.nn.Parameter(torch.randn_like(conv.weight))  # a new tensor
+        torch.testing.assert_close(conv(x), reference(), rtol=0, atol=1e-5)
+        conv.weight.data = torch.randn_like(conv.weight)  # new storage, same tensor
+        torch.testing.assert_close(conv(x), reference(), rtol=0, atol=1e-5)
+
+
+def test_copies_and_pickles_leave_the_memo_behind() -> None:
+    torch.manual_seed(0)
+    conv = pnn.Conv2d(4, 4, 3, stride=2, padding="same")
+    x = torch.randn(1, 4, 9, 9)
+    conv(x)
+    conv(x)
+    twin = copy.deepcopy(conv)
+    assert "_padkit_fast" not in twin.__dict__
+    with torch.no_grad():
+        twin.weight.zero_()
+        twin.bias.zero_()  # type: ignore[union-attr]
+    assert torch.count_nonzero(twin(x)) == 0
+    assert torch.count_nonzero(twin(x)) == 0
+    assert torch.count_nonzero(conv(x)) > 0
+    buf = io.BytesIO()
+    torch.save(conv, buf)
+    buf.seek(0)
+    loaded = torch.load(buf, weights_only=False)
+    assert torch.equal(loaded(x), conv(x))
+
+
+def test_changed_attributes_take_effect() -> None:
+    torch.manual_seed(0)
+    pool = pnn.AvgPool2d(3, 2, padding="same", count_include_pad=False)
+    x = torch.randn(1, 2, 9, 9)
+    pool(x)
+    pool(x)
+    pool.count_include_pad = True
+    ref = torch.nn.functional.avg_pool2d(
+        torch.nn.functional.pad(x, (1, 1, 1, 1)), 3, 2, 0, False, True
+    )
+    torch.testing.assert_close(pool(x), ref)
+    conv = pnn.Conv2d(2, 2, 3, padding=1)
+    conv(x)
+    conv.stride = (2, 2)
+    assert conv(x).shape[-1] == 5
