@@ -186,7 +186,7 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
 def _cmd_verify(args: argparse.Namespace) -> int:
     say = _progress("verify")
     if not args.quiet:
-        say("loading torch, onnx and onnxruntime ...")
+        say("loading torch ...")
     from .onnx.verify import verify
 
     inputs: Any = None
@@ -205,11 +205,11 @@ def _cmd_verify(args: argparse.Namespace) -> int:
         model: Any = example_model("googlenet_mini")
         name = "googlenet_mini (bundled example, padkit/examples/googlenet_mini.onnx)"
         if not args.quiet:
-            say(f"loading the bundled example {name.split()[0]} ...")
+            say("model: the bundled example googlenet_mini")
     else:
         model, name = args.model, args.model
         if not args.quiet:
-            say(f"loading {name} ...")
+            say(f"model: {name}")
     report = verify(
         model,
         inputs,

@@ -244,15 +244,18 @@ def verify(
         >>> report.passed, [o.name for o in report.outputs]
         (True, ['prob', 'inception'])
     """
-    onnx, ort = _require_runtime()
-    import torch
-
-    from ._graph import load
 
     def say(message: str) -> None:
         if progress is not None:
             progress(message)
 
+    say("loading onnx and onnxruntime ...")
+    onnx, ort = _require_runtime()
+    import torch
+
+    from ._graph import load
+
+    say("reading the model ...")
     proto, label = _read(onnx, model)
     label = name if name is not None else label
     declared = graph_inputs(proto)
