@@ -10,6 +10,7 @@ draws. ``padkit explain`` on the command line prints it.
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -346,7 +347,7 @@ def render_png(e: Explanation, path: str | Path) -> None:
     y = 0.0
     for lay in e.layouts:
         ax.text(
-            -lo_max - 0.6,
+            -lo_max - 3.5,
             y,
             f"{lay.convention}: {lay.title}",
             va="center",
@@ -355,7 +356,13 @@ def render_png(e: Explanation, path: str | Path) -> None:
         )
         y += 1
         if not lay.allowed or lay.pads is None:
-            ax.text(-lo_max - 0.6, y, f"not allowed: {lay.reason}", va="center", fontsize=8)
+            ax.text(
+                -lo_max - 3.5,
+                y,
+                textwrap.fill(f"not allowed: {lay.reason}", 70),
+                va="center",
+                fontsize=8,
+            )
             y += 1
             continue
         lo, hi = lay.pads
@@ -385,13 +392,10 @@ def render_png(e: Explanation, path: str | Path) -> None:
             for t in taps:
                 on_input = 0 <= t < e.input
                 ax.plot(t, y, "o", color="#1f77b4" if on_input else "#d62728", markersize=5)
-            ax.text(-lo_max - 0.6, y, f"out {i}", va="center", fontsize=7)
+            ax.text(-lo_max - 0.7, y, f"out {i}", va="center", ha="right", fontsize=7)
             y += 1
         y += 0.5
-    ax.set_xlim(
-        -lo_max - 0.7 - 0.25 * max(len(lay.title) for lay in e.layouts) * 0.0 - 3,
-        e.input + hi_max + 4,
-    )
+    ax.set_xlim(-lo_max - 3.7, e.input + hi_max + 4)
     ax.set_ylim(y, -1)
     ax.axis("off")
     ax.set_title(
