@@ -18,6 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from . import _export
 from .plan import Plan, plan_conv, plan_pool
 from .spec import (
     Padding,
@@ -325,6 +326,10 @@ def _conv(
     groups: int,
     padding_mode: str | Sequence[str] = "zeros",
 ) -> Tensor:
+    if _export.exporting():
+        return _export.conv(
+            fname, nd, input, weight, bias, stride, padding, dilation, groups, padding_mode
+        )
     x, unbatched = _check_input(fname, input, nd)
     if weight.dim() != nd + 2:
         raise PaddingError(
@@ -537,6 +542,20 @@ def _conv_transpose(
     dilation: Any,
     output_size: Sequence[int] | None = None,
 ) -> Tensor:
+    if _export.exporting():
+        return _export.conv_transpose(
+            fname,
+            nd,
+            input,
+            weight,
+            bias,
+            stride,
+            padding,
+            output_padding,
+            groups,
+            dilation,
+            output_size,
+        )
     x, unbatched = _check_input(fname, input, nd)
     if weight.dim() != nd + 2:
         raise PaddingError(
@@ -978,6 +997,10 @@ def _max_pool(
     ceil_mode: bool,
     return_indices: bool,
 ) -> Any:
+    if _export.exporting():
+        return _export.max_pool(
+            fname, nd, input, kernel_size, stride, padding, dilation, ceil_mode, return_indices
+        )
     x, unbatched, k, s, d, pairs, ceil, sizes, outs = _pool_setup(
         fname, nd, input, kernel_size, stride, padding, dilation, ceil_mode
     )
@@ -1131,6 +1154,19 @@ def _avg_pool(
     divisor_override: int | None,
     dilation: Any,
 ) -> Tensor:
+    if _export.exporting():
+        return _export.avg_pool(
+            fname,
+            nd,
+            input,
+            kernel_size,
+            stride,
+            padding,
+            ceil_mode,
+            count_include_pad,
+            divisor_override,
+            dilation,
+        )
     if divisor_override is not None:
         divisor_override = _check_divisor(fname, divisor_override)
     x, unbatched, k, s, d, pairs, ceil, sizes, outs = _pool_setup(
@@ -1315,6 +1351,10 @@ def _lp_pool(
     padding: PaddingLike,
     dilation: Any,
 ) -> Tensor:
+    if _export.exporting():
+        return _export.lp_pool(
+            fname, nd, input, norm_type, kernel_size, stride, ceil_mode, padding, dilation
+        )
     if isinstance(norm_type, bool) or not isinstance(norm_type, (int, float)) or norm_type <= 0:
         raise PaddingError(f"{fname}(): norm_type must be a positive number, got {norm_type!r}")
     x, unbatched, k, s, d, pairs, _ceil, sizes, outs = _pool_setup(

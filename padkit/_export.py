@@ -1,0 +1,1011 @@
+"""ONNX export of padkit's conv, transposed-conv and pooling ops.
+
+While ``torch.onnx.export`` runs (either exporter), the private ops of
+:mod:`padkit.functional` hand over to this module (one flag check per call; eager,
+``torch.compile`` and plain ``torch.export`` never come here). It writes each op as the
+ONNX node that means exactly that, instead of tracing the eager execution plan (whose
+crops, zero-extended kernels and residual pads would export as several nodes):
+
+* zero padding becomes the node's own ``pads``: one ``Conv`` / ``ConvTranspose`` /
+  ``MaxPool`` / ``AveragePool`` / ``LpPool``;
+* ``reflect`` / ``replicate`` / ``circular`` become one ``Pad`` (``reflect`` / ``edge`` /
+  ``wrap``) and the op;
+* ``"same"`` / ``"same_lower"`` on a dynamic (symbolic) size becomes ``auto_pad``
+  ``SAME_UPPER`` / ``SAME_LOWER`` where onnxruntime computes it exactly (dilation 1,
+  kernel >= stride), else the pad arithmetic ``Shape -> Sub -> Mod -> Sub -> Div -> Sub
+  -> Concat -> Pad`` and the op;
+* pools always carry ``ceil_mode`` (and ``count_include_pad``); ``ceil_mode=1`` is
+  written only where ONNX shape inference and onnxruntime both give torch's output
+  size, otherwise the windows are written as explicit end pads;
+* ``divisor_override`` and LP pooling with a ``p`` ONNX's ``LpPool`` cannot express
+  (odd or fractional: padkit sums ``x**p``, ONNX sums ``|x|**p``) become window sums,
+  ``AveragePool(count_include_pad=1)`` times the window size.
+
+Under ``dynamo=True`` the nodes come from ``torch.onnx.ops.symbolic`` (with symbolic
+output shapes); under ``dynamo=False`` from an ``autograd.Function`` whose ``symbolic``
+writes the same nodes, while its ``forward`` runs padkit eagerly for the tracer.
+What ONNX or onnxruntime cannot run exactly raises :class:`~padkit.PaddingError` at
+export time.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from .spec import Padding, PaddingError, _tuple_of, pool_output_size
+
+__all__ = ["avg_pool", "conv", "conv_transpose", "exporting", "lp_pool", "max_pool"]
+
+Pairs = tuple[tuple[int, int], ...]
+
+_POOLS = ("max_pool", "avg_pool", "lp_pool")
+
+
+# ----------------------------------------------------------------------------- detection
+
+
+class _TorchFlags:
+    """Stands in for torch's flag holders on a torch without them (asks torch.onnx)."""
+
+    @property
+    def in_onnx_export(self) -> bool:
+        return bool(torch.onnx.is_in_onnx_export())
+
+    _is_onnx_exporting = False
+
+
+#: (torchscript GLOBALS, dynamo _flags) once torch.onnx is loaded
+_FLAGS: tuple[Any, Any] | None = None
+#: > 0 while padkit runs an op eagerly inside an export (the TorchScript tracer)
+_SUSPENDED = 0
+
+
+def _bind_flags() -> tuple[Any, Any] | None:
+    # Export sets these flags, and export means torch.onnx is loaded: until then nothing
+    # is imported (torch.onnx costs ~70 ms to import).
+    global _FLAGS
+    if "torch.onnx" not in sys.modules:
+        return None
+    try:
+        from torch.onnx._internal.exporter import _flags
+        from torch.onnx._internal.torchscript_exporter._globals import GLOBALS
+    except ImportError:  # pragma: no cover - a torch without these modules
+        _FLAGS = (_TorchFlags(), _TorchFlags())
+        return _FLAGS
+    _FLAGS = (GLOBALS, _flags)
+    return _FLAGS
+
+
+def exporting() -> bool:
+    """Whether ``torch.onnx.export`` (TorchScript or dynamo) is tracing padkit right now.
+
+    One cheap check on every padkit op call: two module attributes once torch.onnx is
+    loaded, a dict lookup before.
+
+    Example:
+        >>> exporting()
+        False
+    """
+    flags = _FLAGS or _bind_flags()
+    if flags is None:
+        return False
+    return bool((flags[0].in_onnx_export or flags[1]._is_onnx_exporting) and not _SUSPENDED)
+
+
+# dynamo (torch.compile, strict torch.export) evaluates this at trace time instead of
+# tracing into sys.modules; the value is fixed for the duration of one trace
+exporting._dynamo_marked_constant = True  # type: ignore[attr-defined]
+
+
+def _torchscript() -> bool:
+    return bool(_FLAGS is not None and _FLAGS[0].in_onnx_export)
+
+
+class _Suspend:
+    def __enter__(self) -> None:
+        global _SUSPENDED
+        _SUSPENDED += 1
+
+    def __exit__(self, *exc: object) -> None:
+        global _SUSPENDED
+        _SUSPENDED -= 1
+
+
+# ----------------------------------------------------------------------------- graph builders
+
+
+class _Builder:
+    """Writes ONNX nodes; ``shape`` is the output shape (used by the dynamo builder)."""
+
+    opset: int | None = None
+
+    def node(
+        self,
+        op_type: str,
+        inputs: Sequence[Any],
+        attrs: dict[str, Any],
+        shape: Sequence[Any],
+        dtype: torch.dtype,
+    ) -> Any:
+        raise NotImplementedError
+
+    def ints(self, values: Sequence[int]) -> Any:
+        raise NotImplementedError
+
+    def scalar(self, value: float, dtype: torch.dtype) -> Any:
+        raise NotImplementedError
+
+    def mul(self, y: Any, c: float, dtype: torch.dtype) -> Any:
+        raise NotImplementedError
+
+    def pow(self, y: Any, p: float, dtype: torch.dtype) -> Any:
+        raise NotImplementedError
+
+    def need_opset(self, version: int, what: str) -> None:
+        if self.opset is not None and self.opset < version:
+            raise PaddingError(
+                f"ONNX export of {what} needs opset_version >= {version}, got "
+                f"opset_version={self.opset}"
+            )
+
+
+class _DynamoBuilder(_Builder):
+    def node(
+        self,
+        op_type: str,
+        inputs: Sequence[Any],
+        attrs: dict[str, Any],
+        shape: Sequence[Any],
+        dtype: torch.dtype,
+    ) -> Any:
+        return torch.onnx.ops.symbolic(op_type, list(inputs), attrs, dtype=dtype, shape=shape)
+
+    def ints(self, values: Sequence[int]) -> Any:
+        return torch.tensor(list(values), dtype=torch.int64)
+
+    def scalar(self, value: float, dtype: torch.dtype) -> Any:
+        return torch.tensor(value, dtype=dtype)
+
+    def mul(self, y: Any, c: float, dtype: torch.dtype) -> Any:
+        return y * c
+
+    def pow(self, y: Any, p: float, dtype: torch.dtype) -> Any:
+        return torch.pow(y, p)
+
+
+class _TorchScriptBuilder(_Builder):
+    def __init__(self, g: Any) -> None:
+        from torch.onnx._internal.torchscript_exporter._globals import GLOBALS
+
+        self.g = g
+        self.opset = int(GLOBALS.export_onnx_opset_version)
+        self.need_opset(11, "padkit layers")
+
+    def node(
+        self,
+        op_type: str,
+        inputs: Sequence[Any],
+        attrs: dict[str, Any],
+        shape: Sequence[Any],
+        dtype: torch.dtype,
+    ) -> Any:
+        kw: dict[str, Any] = {}
+        for key, v in attrs.items():
+            if isinstance(v, str):
+                kw[key + "_s"] = v
+            elif isinstance(v, float):
+                kw[key + "_f"] = v
+            elif isinstance(v, (list, tuple)):
+                kw[key + "_i"] = [int(t) for t in v]
+            else:
+                kw[key + "_i"] = int(v)
+        return self.g.op(op_type, *inputs, **kw)
+
+    def ints(self, values: Sequence[int]) -> Any:
+        return self.g.op("Constant", value_t=torch.tensor(list(values), dtype=torch.int64))
+
+    def scalar(self, value: float, dtype: torch.dtype) -> Any:
+        return self.g.op("Constant", value_t=torch.tensor(value, dtype=dtype))
+
+    def mul(self, y: Any, c: float, dtype: torch.dtype) -> Any:
+        return self.g.op("Mul", y, self.scalar(c, dtype))
+
+    def pow(self, y: Any, p: float, dtype: torch.dtype) -> Any:
+        return self.g.op("Pow", y, self.scalar(p, dtype))
+
+
+# ----------------------------------------------------------------------------- the op
+
+
+@dataclass(frozen=True)
+class _Op:
+    """Everything the lowering needs, checked; ``eager`` runs padkit for the tracer."""
+
+    kind: str
+    fname: str
+    nd: int
+    spec: Padding
+    k: tuple[int, ...]
+    s: tuple[int, ...]
+    d: tuple[int, ...]
+    dtype: torch.dtype
+    eager: Callable[[Tensor, Tensor | None, Tensor | None], Tensor] = field(compare=False)
+    groups: int = 1
+    modes: tuple[str, ...] = ()
+    crops: Pairs = ()
+    output_padding: tuple[int, ...] = ()
+    ceil: bool = False
+    count_include_pad: bool = True
+    divisor: int | None = None
+    p: float = 2.0
+
+    @property
+    def k_eff(self) -> tuple[int, ...]:
+        return tuple(dd * (kk - 1) + 1 for kk, dd in zip(self.k, self.d))
+
+
+def _is_static(n: Any) -> bool:
+    return isinstance(n, int)
+
+
+def _ceil_div(n: Any, s: int) -> Any:
+    return None if n is None else (n + s - 1) // s
+
+
+@dataclass
+class _Axes:
+    """Per axis: static ``(lo, hi)`` pads, or the ``same``/``same_lower`` rule of a
+    dynamic axis (pads computed in the graph)."""
+
+    pairs: list[tuple[int, int]]
+    dyn: list[str | None]
+
+    @property
+    def any_dyn(self) -> bool:
+        return any(r is not None for r in self.dyn)
+
+
+def _axes(op: _Op, sizes: Sequence[Any]) -> _Axes:
+    spec = op.spec
+    pairs: list[tuple[int, int]] = []
+    dyn: list[str | None] = []
+    plain = Padding(spec.axes) if spec.ceil_mode else spec
+    for i, rule in enumerate(spec.axes):
+        k, s, d, n = op.k[i], op.s[i], op.d[i], sizes[i]
+        static = _is_static(n)
+        if spec.ceil_mode and op.kind not in _POOLS and s > 1:
+            if not static:
+                raise PaddingError(
+                    f"{op.fname}(): padding {spec.describe()} on axis {i} depends on the input "
+                    "size, which is dynamic in this export; export with a static size there"
+                )
+            pairs.append(spec._resolve_axis(i, rule, k, s, d, n))
+            dyn.append(None)
+            continue
+        if rule in ("same", "same_lower") and s > 1 and not static:
+            pairs.append((0, 0))
+            dyn.append(str(rule))
+            continue
+        src = plain if op.kind in _POOLS else spec
+        pairs.append(src._resolve_axis(i, rule, k, s, d, n if static else None))
+        dyn.append(None)
+    if op.kind in _POOLS and spec.ceil_mode:
+        _check_caffe(op, sizes, pairs)
+    for i, ((lo, hi), n, ke) in enumerate(zip(pairs, sizes, op.k_eff)):
+        if dyn[i] is None and _is_static(n) and n + lo + hi < ke:
+            raise PaddingError(
+                f"{op.fname}(): along spatial axis {i} the padded input ({n} + {lo} + {hi} = "
+                f"{n + lo + hi}) is smaller than the effective kernel ({ke})"
+            )
+    return _Axes(pairs, dyn)
+
+
+def _check_caffe(op: _Op, sizes: Sequence[Any], pairs: Sequence[tuple[int, int]]) -> None:
+    for i, (n, (lo, _), ke, s) in enumerate(zip(sizes, pairs, op.k_eff, op.s)):
+        if lo == 0 and s > 1 and _is_static(n) and -(-(n - ke) // s) * s >= n:
+            raise PaddingError(
+                f"{op.fname}(): Caffe ceil rounding without padding puts the last window on "
+                f"axis {i} outside the input (Caffe computes -FLT_MAX there); padkit refuses "
+                "to approximate it"
+            )
+
+
+def _auto_pad(op: _Op, axes: _Axes) -> str | None:
+    """``SAME_UPPER``/``SAME_LOWER`` where onnxruntime computes this op's pads exactly."""
+    if not axes.any_dyn or op.spec.ceil_mode:
+        return None
+    rules = set(op.spec.axes)
+    if len(rules) != 1 or next(iter(rules)) not in ("same", "same_lower"):
+        return None
+    # onnxruntime refuses (conv) or mis-sizes (pools) SAME_* with dilation; with a kernel
+    # smaller than the stride its pools compute negative pads
+    if any(dd != 1 for dd in op.d) or any(ke < ss for ke, ss in zip(op.k_eff, op.s)):
+        return None
+    if op.modes and any(m != "zeros" for m in op.modes):
+        return None
+    return "SAME_UPPER" if op.spec.axes[0] == "same" else "SAME_LOWER"
+
+
+def _same_total(n: Any, ke: int, s: int) -> Any:
+    """TF SAME total pad for a (symbolic) size, written without guards."""
+    total = ke - 1 - (n - 1) % s
+    return total if ke >= s else torch.sym_max(total, 0)
+
+
+def _dynamic_pad(
+    b: _Builder,
+    op: _Op,
+    x: Any,
+    axes: _Axes,
+    sizes: Sequence[Any],
+    lead: Sequence[Any],
+    mode: str,
+    value: float,
+) -> tuple[Any, list[Any]]:
+    """``Pad`` of the dynamic ``same`` axes, its pads computed from ``Shape``."""
+    b.need_opset(15, "a 'same' padding on a dynamic size with dilation")
+    nd = op.nd
+    flavours = {r for r in axes.dyn if r is not None}
+    if len(flavours) != 1:
+        raise PaddingError(
+            f"{op.fname}(): padding {op.spec.describe()} mixes 'same' and 'same_lower' on "
+            "dynamic axes, which padkit does not export; export with static sizes"
+        )
+    upper = flavours == {"same"}
+    dyn = [r is not None for r in axes.dyn]
+    km1 = [op.k_eff[i] - 1 if dyn[i] else 0 for i in range(nd)]
+    strides = [op.s[i] if dyn[i] else 1 for i in range(nd)]
+    i64 = torch.int64
+    shp = b.node("Shape", [x], {"start": 2}, [nd], i64)
+    rem = b.node(
+        "Mod", [b.node("Sub", [shp, b.ints([1])], {}, [nd], i64), b.ints(strides)], {}, [nd], i64
+    )
+    total = b.node("Sub", [b.ints(km1), rem], {}, [nd], i64)
+    if any(dyn[i] and op.k_eff[i] < op.s[i] for i in range(nd)):
+        total = b.node("Max", [total, b.ints([0])], {}, [nd], i64)
+    small = b.node("Div", [total, b.ints([2])], {}, [nd], i64)
+    big = b.node("Sub", [total, small], {}, [nd], i64)
+    lo, hi = (small, big) if upper else (big, small)
+    pads = b.node(
+        "Concat", [b.ints([0, 0]), lo, b.ints([0, 0]), hi], {"axis": 0}, [2 * nd + 4], i64
+    )
+    new_sizes = [
+        (None if n is None else n + _same_total(n, op.k_eff[i], op.s[i])) if dyn[i] else n
+        for i, n in enumerate(sizes)
+    ]
+    inputs = [x, pads]
+    if mode == "constant" and value != 0.0:
+        inputs.append(b.scalar(value, op.dtype))
+    out = b.node("Pad", inputs, {"mode": mode}, [*lead, *new_sizes], op.dtype)
+    return out, new_sizes
+
+
+def _const_pad(
+    b: _Builder,
+    op: _Op,
+    x: Any,
+    pairs: Sequence[tuple[int, int]],
+    sizes: Sequence[Any],
+    lead: Sequence[Any],
+    mode: str,
+    value: float,
+) -> tuple[Any, list[Any]]:
+    """One ``Pad`` with constant pads (``mode``: constant, reflect, edge or wrap)."""
+    if mode == "wrap":
+        b.need_opset(19, "circular padding (Pad mode 'wrap')")
+    for i, ((lo, hi), n) in enumerate(zip(pairs, sizes)):
+        if _is_static(n) and mode == "reflect" and max(lo, hi) >= n:
+            raise PaddingError(
+                f"{op.fname}(): reflect padding {(lo, hi)} on axis {i} needs pads smaller "
+                f"than the input size there ({n})"
+            )
+        if _is_static(n) and mode == "wrap" and max(lo, hi) > n:
+            raise PaddingError(
+                f"{op.fname}(): circular padding {(lo, hi)} on axis {i} needs pads no larger "
+                f"than the input size there ({n})"
+            )
+    los = [lo for lo, _ in pairs]
+    his = [hi for _, hi in pairs]
+    inputs = [x, b.ints([0, 0, *los, 0, 0, *his])]
+    if mode == "constant" and value != 0.0:
+        inputs.append(b.scalar(value, op.dtype))
+    new_sizes = [None if n is None else n + lo + hi for n, (lo, hi) in zip(sizes, pairs)]
+    return b.node("Pad", inputs, {"mode": mode}, [*lead, *new_sizes], op.dtype), new_sizes
+
+
+_ONNX_MODE = {"reflect": "reflect", "replicate": "edge", "circular": "wrap"}
+
+
+def _out_size(n: Any, k: int, s: int, d: int, lo: int, hi: int) -> Any:
+    if n is None:
+        return None
+    return (n + lo + hi - (d * (k - 1) + 1)) // s + 1
+
+
+# ----------------------------------------------------------------------------- conv
+
+
+def _emit_conv(
+    b: _Builder, op: _Op, x: Any, w: Any, bias: Any, sizes: Sequence[Any], lead: list[Any]
+) -> Any:
+    nd = op.nd
+    axes = _axes(op, sizes)
+    attrs: dict[str, Any] = {
+        "kernel_shape": list(op.k),
+        "strides": list(op.s),
+        "dilations": list(op.d),
+        "group": op.groups,
+    }
+    tail = [w] if bias is None else [w, bias]
+    auto = _auto_pad(op, axes)
+    if auto is not None:
+        attrs["auto_pad"] = auto
+        out = [_ceil_div(n, s) for n, s in zip(sizes, op.s)]
+        return b.node("Conv", [x, *tail], attrs, [lead[0], lead[2], *out], op.dtype)
+    modes = op.modes
+    cur, cur_sizes = x, list(sizes)
+    pad_lead = lead[:2]
+    lead = [lead[0], lead[2]]
+    # non-zero modes first, in axis order (one Pad when those axes share one mode)
+    moded = [
+        i
+        for i in range(nd)
+        if modes[i] != "zeros" and axes.dyn[i] is None and axes.pairs[i] != (0, 0)
+    ]
+    batches = [moded] if len({modes[i] for i in moded}) == 1 else [[i] for i in moded]
+    for batch in batches:
+        pp = [axes.pairs[i] if i in batch else (0, 0) for i in range(nd)]
+        mode = _ONNX_MODE[modes[batch[0]]]
+        cur, cur_sizes = _const_pad(b, op, cur, pp, cur_sizes, pad_lead, mode, 0.0)
+    if axes.any_dyn:
+        dyn_modes = {modes[i] for i in range(nd) if axes.dyn[i] is not None}
+        if len(dyn_modes) > 1:
+            raise PaddingError(
+                f"{op.fname}(): padding_mode {modes!r} differs between axes whose 'same' "
+                "padding is dynamic in this export; export with static sizes"
+            )
+        mode = next(iter(dyn_modes))
+        onnx_mode = "constant" if mode == "zeros" else _ONNX_MODE[mode]
+        cur, cur_sizes = _dynamic_pad(b, op, cur, axes, cur_sizes, pad_lead, onnx_mode, 0.0)
+    conv_pairs = [
+        axes.pairs[i] if modes[i] == "zeros" and axes.dyn[i] is None else (0, 0) for i in range(nd)
+    ]
+    attrs["pads"] = [lo for lo, _ in conv_pairs] + [hi for _, hi in conv_pairs]
+    out = [
+        _out_size(n, k, s, d, lo, hi)
+        for n, k, s, d, (lo, hi) in zip(cur_sizes, op.k, op.s, op.d, conv_pairs)
+    ]
+    return b.node("Conv", [cur, *tail], attrs, [*lead, *out], op.dtype)
+
+
+# ----------------------------------------------------------------------------- transposed
+
+
+def _emit_conv_transpose(
+    b: _Builder, op: _Op, x: Any, w: Any, bias: Any, sizes: Sequence[Any], lead: list[Any]
+) -> Any:
+    begins: list[int] = []
+    ends: list[int] = []
+    extra: list[int] = []
+    out: list[Any] = []
+    for i, ((lo, hi), o) in enumerate(zip(op.crops, op.output_padding)):
+        end = hi - o
+        if lo < 0:
+            raise PaddingError(f"{op.fname}(): a transposed conv cannot crop {lo} at the start")
+        pe, oo = (hi, o) if hi >= 0 else (0, -end)
+        if oo >= max(op.s[i], op.d[i]):
+            raise PaddingError(
+                f"{op.fname}(): extending the output by {oo} on axis {i} exceeds what a "
+                f"transposed conv with stride {op.s[i]} and dilation {op.d[i]} can produce"
+            )
+        begins.append(lo)
+        ends.append(pe)
+        extra.append(oo)
+        n = sizes[i]
+        size = None if n is None else (n - 1) * op.s[i] + op.k_eff[i] + oo - lo - pe
+        if isinstance(size, int) and size <= 0:
+            raise PaddingError(f"{op.fname}(): the crops {op.crops[i]} leave no output on axis {i}")
+        out.append(size)
+    attrs: dict[str, Any] = {
+        "kernel_shape": list(op.k),
+        "strides": list(op.s),
+        "dilations": list(op.d),
+        "group": op.groups,
+        "pads": begins + ends,
+        "output_padding": extra,
+    }
+    tail = [w] if bias is None else [w, bias]
+    return b.node("ConvTranspose", [x, *tail], attrs, [lead[0], lead[2], *out], op.dtype)
+
+
+# ----------------------------------------------------------------------------- pools
+
+
+def _pool_out(n: int, ke: int, s: int, lo: int, hi: int, ceil: bool) -> tuple[int, int]:
+    """(ONNX shape inference's count, onnxruntime's = torch's count) for one axis."""
+    span = n + lo + hi - ke
+    naive = (-(-span // s) if ceil else span // s) + 1
+    runtime = naive
+    if ceil and (naive - 1) * s >= n + lo:
+        runtime -= 1
+    return naive, runtime
+
+
+def _axis_counts(n: int, k: int, s: int, d: int, lo: int, hi: int, out: int) -> list[int]:
+    """Window sizes counted by an average with count_include_pad=1 (the ceil overhang,
+    past ``n + hi``, never counts)."""
+    return [sum(1 for t in range(k) if -lo <= o * s - lo + t * d < n + hi) for o in range(out)]
+
+
+@dataclass(frozen=True)
+class _AxisCfg:
+    attr: tuple[int, int]  # the pool's own pads
+    pre: tuple[int, int] | None  # a constant Pad before the pool, or None
+
+
+def _axis_cfg(
+    op: _Op, i: int, n: int, lo: int, hi: int, ceil: int, sem: str, pre: bool
+) -> _AxisCfg | None:
+    """Pads for one static axis, given the pool's ``ceil_mode`` attribute ``ceil``.
+
+    ``sem`` says what must stay equal besides the windows: ``window`` (max, LpPool and
+    count_include_pad=0: the in-input taps of each window), ``incl`` (also the
+    count_include_pad=1 divisor) or ``sum`` (an AveragePool whose every divisor is the
+    full window: the window-sum lowering).
+    """
+    k, s, d, ke = op.k[i], op.s[i], op.d[i], op.k_eff[i]
+    o = pool_output_size(n, k, s, d, lo, hi, op.ceil)
+    want = _axis_counts(n, k, s, d, lo, hi, o) if sem == "incl" else None
+    full = [k] * o
+    if sem != "sum" or ceil == 0:
+        for h in [hi, *range(k)]:
+            if lo >= k or h < 0 or h >= k or n + lo + h < ke:
+                continue  # onnxruntime: pads smaller than the kernel
+            if _pool_out(n, ke, s, lo, h, bool(ceil)) != (o, o):
+                continue
+            counts = _axis_counts(n, k, s, d, lo, h, o)
+            if (sem == "incl" and counts != want) or (sem == "sum" and counts != full):
+                continue
+            return _AxisCfg((lo, h), None)
+    # pad explicitly: every window then lies in the padded input
+    if not pre or (sem == "window" and op.kind == "avg_pool"):
+        return None  # count_include_pad=0 would count the explicit pads
+    low = max((o - 1) * s + ke - n - lo, 0)
+    for h in range(low, low + s):
+        m = n + lo + h
+        if _pool_out(m, ke, s, 0, 0, bool(ceil)) != (o, o):
+            continue
+        if sem == "incl" and want != full:
+            continue
+        return _AxisCfg((0, 0), (lo, h))
+    return None
+
+
+def _emit_pool(b: _Builder, op: _Op, x: Any, sizes: Sequence[Any], lead: list[Any]) -> Any:
+    lead = lead[:2]
+    nd = op.nd
+    axes = _axes(op, sizes)
+    dtype = op.dtype
+    kprod = math.prod(op.k)
+    if op.kind == "lp_pool":
+        b.need_opset(18, "LpPool with ceil_mode")
+        even = float(op.p).is_integer() and int(op.p) % 2 == 0
+        sem = "window" if even else "sum"
+    elif op.kind == "avg_pool":
+        if any(dd != 1 for dd in op.d):
+            b.need_opset(19, "an average pool with dilation (AveragePool dilations)")
+        sem = "sum" if op.divisor is not None else ("incl" if op.count_include_pad else "window")
+    else:
+        sem = "window"
+    node = {"max_pool": "MaxPool", "avg_pool": "AveragePool", "lp_pool": "LpPool"}[op.kind]
+    if sem == "sum":
+        node = "AveragePool"
+    if op.kind == "max_pool":
+        value = -math.inf if dtype.is_floating_point else float(torch.iinfo(dtype).min)
+    else:
+        value = 0.0
+    cur = x
+    if op.kind == "lp_pool" and sem == "sum":
+        cur = b.pow(cur, float(op.p), dtype)
+    attrs: dict[str, Any] = {"kernel_shape": list(op.k), "strides": list(op.s)}
+    if any(dd != 1 for dd in op.d):
+        attrs["dilations"] = list(op.d)
+    if node == "AveragePool":
+        attrs["count_include_pad"] = 1 if sem in ("sum", "incl") else 0
+    if node == "LpPool":
+        attrs["p"] = int(op.p)
+    auto = _auto_pad(op, axes)
+    if auto is not None:
+        attrs["auto_pad"] = auto
+        attrs["ceil_mode"] = 0  # SAME windows fit exactly: nothing to round
+        out = b.node(
+            node, [cur], attrs, [*lead, *[_ceil_div(n, s) for n, s in zip(sizes, op.s)]], dtype
+        )
+    else:
+        cfgs = _choose_cfgs(op, axes, sizes, sem)
+        ceil, per_axis = cfgs
+        cur_sizes = list(sizes)
+        pre = [c.pre if c is not None and c.pre is not None else (0, 0) for c in per_axis]
+        if any(p != (0, 0) for p in pre):
+            cur, cur_sizes = _const_pad(b, op, cur, pre, cur_sizes, lead, "constant", value)
+        if axes.any_dyn:
+            if sem == "window" and op.kind == "avg_pool":
+                raise PaddingError(
+                    f"{op.fname}(): count_include_pad=False with padding "
+                    f"{op.spec.describe()} on a dynamic size has no exact ONNX form here "
+                    "(the pads are computed in the graph and an explicit Pad would count); "
+                    "export with static sizes, or with dilation 1"
+                )
+            cur, cur_sizes = _dynamic_pad(b, op, cur, axes, cur_sizes, lead, "constant", value)
+        pairs = [c.attr if c is not None else (0, 0) for c in per_axis]
+        attrs["pads"] = [lo for lo, _ in pairs] + [hi for _, hi in pairs]
+        attrs["ceil_mode"] = ceil
+        out_sizes = [
+            _ceil_div(sizes[i], op.s[i])
+            if axes.dyn[i] is not None
+            else pool_output_size(sizes[i], op.k[i], op.s[i], op.d[i], *axes.pairs[i], op.ceil)
+            for i in range(nd)
+        ]
+        out = b.node(node, [cur], attrs, [*lead, *out_sizes], dtype)
+    if sem == "sum":
+        scale = float(kprod) / float(op.divisor) if op.divisor is not None else float(kprod)
+        if scale != 1.0:
+            out = b.mul(out, scale, dtype)
+        if op.kind == "lp_pool":
+            out = b.pow(out, 1.0 / float(op.p), dtype)
+    return out
+
+
+def _choose_cfgs(
+    op: _Op, axes: _Axes, sizes: Sequence[Any], sem: str
+) -> tuple[int, list[_AxisCfg | None]]:
+    """The ``ceil_mode`` attribute and each static axis's pads (None: a dynamic axis)."""
+    # the pool's own pads first (either ceil_mode), then an explicit Pad
+    order = [(c, pre) for pre in (False, True) for c in ((1, 0) if op.ceil else (0, 1))]
+    for ceil, pre in order:
+        if ceil and any(axes.dyn[i] is not None and op.k_eff[i] < op.s[i] for i in range(op.nd)):
+            continue
+        per_axis: list[_AxisCfg | None] = []
+        for i in range(op.nd):
+            if axes.dyn[i] is not None:
+                per_axis.append(None)
+                continue
+            cfg = _axis_cfg(op, i, sizes[i], *axes.pairs[i], ceil, sem, pre)
+            if cfg is None:
+                break
+            per_axis.append(cfg)
+        else:
+            return ceil, per_axis
+    raise PaddingError(
+        f"{op.fname}(): padding {op.spec.describe()} (pads {axes.pairs}, ceil_mode={op.ceil}, "
+        f"input {tuple(sizes)}) has no exact ONNX form: onnxruntime needs pads smaller than "
+        "the kernel, and an explicit Pad would change the average's divisor"
+    )
+
+
+# ----------------------------------------------------------------------------- dispatch
+
+
+def _emit(
+    b: _Builder, op: _Op, x: Any, w: Any, bias: Any, sizes: Sequence[Any], lead: list[Any]
+) -> Any:
+    if op.kind == "conv":
+        return _emit_conv(b, op, x, w, bias, sizes, lead)
+    if op.kind == "conv_transpose":
+        return _emit_conv_transpose(b, op, x, w, bias, sizes, lead)
+    return _emit_pool(b, op, x, sizes, lead)
+
+
+class _TorchScriptOp(torch.autograd.Function):
+    """Under ``dynamo=False``: padkit runs eagerly for the tracer; ``symbolic`` writes
+    the ONNX nodes."""
+
+    @staticmethod
+    def forward(ctx: Any, x: Tensor, w: Tensor | None, bias: Tensor | None, op: _Op) -> Tensor:
+        # the tracer records this Function as one node (written by ``symbolic``): run
+        # padkit with tracing off, where sizes are plain ints again
+        state = torch._C._get_tracing_state()
+        torch._C._set_tracing_state(None)  # type: ignore[attr-defined]
+        try:
+            with _Suspend():
+                out = op.eager(x, w, bias)
+        finally:
+            torch._C._set_tracing_state(state)  # type: ignore[attr-defined]
+        return out.detach()
+
+    @staticmethod
+    def symbolic(g: Any, x: Any, w: Any, bias: Any, op: _Op) -> Any:
+        from torch.onnx._internal.torchscript_exporter import symbolic_helper as sh
+
+        full = sh._get_tensor_sizes(x)
+        sizes = list(full[2:]) if full is not None else [None] * op.nd
+        w = None if w is None or sh._is_none(w) else w
+        bias = None if bias is None or sh._is_none(bias) else bias
+        return _emit(_TorchScriptBuilder(g), op, x, w, bias, sizes, [None, None, None])
+
+
+def _run(op: _Op, x: Tensor, w: Tensor | None, bias: Tensor | None, channels: int) -> Tensor:
+    if _torchscript():
+        out: Tensor = _TorchScriptOp.apply(x, w, bias, op)
+        return out
+    sizes = tuple(x.shape[2:])
+    return _emit(_DynamoBuilder(), op, x, w, bias, sizes, [x.shape[0], x.shape[1], channels])  # type: ignore[no-any-return]
+
+
+def _shape(t: Tensor) -> tuple[Any, ...]:
+    """``t.shape``; plain ints under the TorchScript tracer (which hands out sizes as
+    tensors)."""
+    state = torch._C._get_tracing_state()
+    if state is None:
+        return tuple(t.shape)
+    torch._C._set_tracing_state(None)  # type: ignore[attr-defined]
+    try:
+        return tuple(int(v) for v in t.shape)
+    finally:
+        torch._C._set_tracing_state(state)  # type: ignore[attr-defined]
+
+
+def _w(w: Tensor | None) -> Tensor:
+    assert w is not None
+    return w
+
+
+def _batched(fname: str, input: Any, nd: int) -> tuple[Tensor, bool]:
+    from .functional import _check_input
+
+    return _check_input(fname, input, nd)
+
+
+def _spec(padding: Any, nd: int, fname: str) -> Padding:
+    from .functional import _parse
+
+    return _parse(padding, nd, fname).expand(nd)
+
+
+# ----------------------------------------------------------------------------- entry points
+
+
+def conv(
+    fname: str,
+    nd: int,
+    input: Tensor,
+    weight: Tensor,
+    bias: Tensor | None,
+    stride: Any,
+    padding: Any,
+    dilation: Any,
+    groups: int,
+    padding_mode: Any = "zeros",
+) -> Tensor:
+    """``padkit.functional.conv{1,2,3}d`` under ONNX export."""
+    from . import functional as PF
+
+    x, unbatched = _batched(fname, input, nd)
+    spec = _spec(padding, nd, fname)
+    try:
+        modes = PF.check_padding_mode(padding_mode, nd)
+    except PaddingError as err:
+        raise PaddingError(f"{fname}(): {err}") from None
+    op = _Op(
+        "conv",
+        fname,
+        nd,
+        spec,
+        _shape(weight)[2:],
+        _tuple_of(stride, nd, "stride"),
+        _tuple_of(dilation, nd, "dilation"),
+        x.dtype,
+        lambda xx, ww, bb: PF._conv(
+            fname, nd, xx, _w(ww), bb, stride, spec, dilation, groups, padding_mode
+        ),
+        groups=groups,
+        modes=(modes,) * nd if isinstance(modes, str) else tuple(modes),
+    )
+    out = _run(op, x, weight, bias, _shape(weight)[0])
+    return out.squeeze(0) if unbatched else out
+
+
+def conv_transpose(
+    fname: str,
+    nd: int,
+    input: Tensor,
+    weight: Tensor,
+    bias: Tensor | None,
+    stride: Any,
+    padding: Any,
+    output_padding: Any,
+    groups: int,
+    dilation: Any,
+    output_size: Sequence[int] | None = None,
+) -> Tensor:
+    """``padkit.functional.conv_transpose{1,2,3}d`` under ONNX export."""
+    from . import functional as PF
+
+    x, unbatched = _batched(fname, input, nd)
+    spec = _spec(padding, nd, fname)
+    k = _shape(weight)[2:]
+    s = _tuple_of(stride, nd, "stride")
+    d = _tuple_of(dilation, nd, "dilation")
+    opad = _tuple_of(output_padding, nd, "output_padding", minimum=0)
+    PF.check_output_padding(opad, s, d)
+    sizes = _shape(x)[2:]
+    if any(spec.needs_input_size(s) and not _is_static(n) for n in sizes) and spec.ceil_mode:
+        raise PaddingError(
+            f"{fname}(): padding {spec.describe()} depends on the input size, which is "
+            "dynamic in this export; export with static sizes"
+        )
+    crops = PF.transpose_crops(spec, k, s, d, sizes)
+    if output_size is not None:
+        opad = PF._output_padding_for(fname, output_size, sizes, k, s, d, crops)
+    op = _Op(
+        "conv_transpose",
+        fname,
+        nd,
+        spec,
+        k,
+        s,
+        d,
+        x.dtype,
+        lambda xx, ww, bb: PF._conv_transpose(
+            fname, nd, xx, _w(ww), bb, stride, spec, output_padding, groups, dilation, output_size
+        ),
+        groups=groups,
+        crops=crops,
+        output_padding=opad,
+    )
+    out = _run(op, x, weight, bias, _shape(weight)[1] * groups)
+    return out.squeeze(0) if unbatched else out
+
+
+def _pool_op(
+    kind: str,
+    fname: str,
+    nd: int,
+    x: Tensor,
+    kernel_size: Any,
+    stride: Any,
+    padding: Any,
+    dilation: Any,
+    ceil_mode: bool,
+    eager: Callable[[Tensor, Tensor | None, Tensor | None], Tensor],
+    **kw: Any,
+) -> _Op:
+    k = _tuple_of(kernel_size, nd, "kernel_size")
+    s = (
+        k
+        if stride is None or (isinstance(stride, Sequence) and len(stride) == 0)
+        else _tuple_of(stride, nd, "stride")
+    )
+    d = _tuple_of(dilation, nd, "dilation")
+    spec = _spec(padding, nd, fname)
+    ceil = bool(ceil_mode) or spec.ceil_mode
+    return _Op(kind, fname, nd, spec, k, s, d, x.dtype, eager, ceil=ceil, **kw)
+
+
+def max_pool(
+    fname: str,
+    nd: int,
+    input: Tensor,
+    kernel_size: Any,
+    stride: Any,
+    padding: Any,
+    dilation: Any,
+    ceil_mode: bool,
+    return_indices: bool,
+) -> Any:
+    """``padkit.functional.max_pool{1,2,3}d`` under ONNX export."""
+    from . import functional as PF
+
+    if return_indices:
+        raise PaddingError(
+            f"{fname}(): return_indices=True is not exported to ONNX by padkit (ONNX MaxPool "
+            "indices count the padded batch and channel planes); export with "
+            "return_indices=False"
+        )
+    x, unbatched = _batched(fname, input, nd)
+    op = _pool_op(
+        "max_pool",
+        fname,
+        nd,
+        x,
+        kernel_size,
+        stride,
+        padding,
+        dilation,
+        ceil_mode,
+        lambda xx, _w, _b: PF._max_pool(
+            fname, nd, xx, kernel_size, stride, padding, dilation, ceil_mode, False
+        ),
+    )
+    out = _run(op, x, None, None, _shape(x)[1])
+    return out.squeeze(0) if unbatched else out
+
+
+def avg_pool(
+    fname: str,
+    nd: int,
+    input: Tensor,
+    kernel_size: Any,
+    stride: Any,
+    padding: Any,
+    ceil_mode: bool,
+    count_include_pad: bool,
+    divisor_override: int | None,
+    dilation: Any,
+) -> Tensor:
+    """``padkit.functional.avg_pool{1,2,3}d`` under ONNX export."""
+    from . import functional as PF
+
+    if divisor_override is not None:
+        divisor_override = PF._check_divisor(fname, divisor_override)
+    x, unbatched = _batched(fname, input, nd)
+    op = _pool_op(
+        "avg_pool",
+        fname,
+        nd,
+        x,
+        kernel_size,
+        stride,
+        padding,
+        dilation,
+        ceil_mode,
+        lambda xx, _w, _b: PF._avg_pool(
+            fname,
+            nd,
+            xx,
+            kernel_size,
+            stride,
+            padding,
+            ceil_mode,
+            count_include_pad,
+            divisor_override,
+            dilation,
+        ),
+        count_include_pad=bool(count_include_pad),
+        divisor=divisor_override,
+    )
+    out = _run(op, x, None, None, _shape(x)[1])
+    return out.squeeze(0) if unbatched else out
+
+
+def lp_pool(
+    fname: str,
+    nd: int,
+    input: Tensor,
+    norm_type: float,
+    kernel_size: Any,
+    stride: Any,
+    ceil_mode: bool,
+    padding: Any,
+    dilation: Any,
+) -> Tensor:
+    """``padkit.functional.lp_pool{1,2,3}d`` under ONNX export."""
+    from . import functional as PF
+
+    if isinstance(norm_type, bool) or not isinstance(norm_type, (int, float)) or norm_type <= 0:
+        raise PaddingError(f"{fname}(): norm_type must be a positive number, got {norm_type!r}")
+    x, unbatched = _batched(fname, input, nd)
+    op = _pool_op(
+        "lp_pool",
+        fname,
+        nd,
+        x,
+        kernel_size,
+        stride,
+        padding,
+        dilation,
+        ceil_mode,
+        lambda xx, _w, _b: PF._lp_pool(
+            fname, nd, xx, norm_type, kernel_size, stride, ceil_mode, padding, dilation
+        ),
+        p=float(norm_type),
+    )
+    out = _run(op, x, None, None, _shape(x)[1])
+    return out.squeeze(0) if unbatched else out
