@@ -742,7 +742,7 @@ def _run(op: _Op, x: Tensor, w: Tensor | None, bias: Tensor | None, channels: in
 def _shape(t: Tensor) -> tuple[Any, ...]:
     """``t.shape``; plain ints under the TorchScript tracer (which hands out sizes as
     tensors)."""
-    state = torch._C._get_tracing_state()
+    state: Any = torch._C._get_tracing_state()
     if state is None:
         return tuple(t.shape)
     torch._C._set_tracing_state(None)  # type: ignore[attr-defined]
