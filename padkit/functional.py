@@ -188,6 +188,11 @@ def _compiling() -> bool:
     return bool(torch.compiler.is_compiling())
 
 
+def _symbolic(sizes: Sequence[Any]) -> bool:
+    """Sizes traced with dynamic shapes: plans must not branch on them."""
+    return _compiling() and any(isinstance(v, torch.SymInt) for v in sizes)
+
+
 def _k_eff(k: Sequence[int], d: Sequence[int]) -> tuple[int, ...]:
     return tuple(dd * (kk - 1) + 1 for kk, dd in zip(k, d))
 
@@ -400,6 +405,7 @@ def _conv_pairs(
         groups=groups,
         in_channels=int(x.shape[1]),
         cache=not _compiling(),
+        symbolic=_symbolic(sizes),
     )
     return run_conv_plan(plan, conv, x, weight, bias, s, d, groups)
 
@@ -844,8 +850,11 @@ def _explicit_pads(
     s: Sequence[int],
     pairs: Pairs,
     outs: Sequence[int],
+    ceil: bool,
 ) -> Pairs:
     """Pads that make a floor-mode, unpadded pool produce exactly ``outs`` windows."""
+    if not ceil:
+        return pairs  # floor mode over the padded input gives ``outs`` already
     full: list[tuple[int, int]] = []
     for n, ke, ss, (lo, hi), o in zip(sizes, k_eff, s, pairs, outs):
         # grows hi for the ceil overhang; shrinks it where ceil mode drops windows that
@@ -857,6 +866,9 @@ def _explicit_pads(
 
 def _pad_windows(x: Tensor, full: Pairs, value: float) -> Tensor:
     """Pad by ``full``; a negative end pad trims the padded tensor (never more than it has)."""
+    if _compiling() and any(isinstance(v, torch.SymInt) for pair in full for v in pair):
+        # pads from a symbolic size (floor mode: never negative): no branch on their values
+        return F.pad(x, _torch_pad(full), value=value)
     pos: Pairs = tuple((lo, max(hi, 0)) for lo, hi in full)
     if any(lo or hi for lo, hi in pos):
         x = F.pad(x, _torch_pad(pos), value=value)
@@ -1007,7 +1019,17 @@ def _max_pool(
     if x.dtype == torch.bool:
         raise TypeError(f"{fname}(): max pooling does not support bool tensors")
     pool = _MAX_POOL[max(nd, 2)]
-    plan = plan_pool("max_pool", pairs, k, s, d, sizes, ceil_mode=ceil, cache=not _compiling())
+    plan = plan_pool(
+        "max_pool",
+        pairs,
+        k,
+        s,
+        d,
+        sizes,
+        ceil_mode=ceil,
+        cache=not _compiling(),
+        symbolic=_symbolic(sizes),
+    )
     if plan.strategy != "explicit":
         res = pool(
             _to2d(x, nd),
@@ -1029,7 +1051,7 @@ def _max_pool(
             nd_done = False
     else:
         nd_done = False
-        full = _explicit_pads(sizes, _k_eff(k, d), s, pairs, outs)
+        full = _explicit_pads(sizes, _k_eff(k, d), s, pairs, outs, ceil)
         xp = _pad_windows(x, full, _lowest(x.dtype))
         res = pool(
             _to2d(xp, nd),
@@ -1192,6 +1214,7 @@ def _avg_pool(
         count_include_pad=bool(count_include_pad),
         native_dtype=native_dtype,
         cache=not _compiling(),
+        symbolic=_symbolic(sizes),
     )
     if plan.strategy != "explicit":
         pool = _AVG_POOL[max(nd, 2)]
@@ -1206,7 +1229,7 @@ def _avg_pool(
         )
         out = _from2d_narrow(out, nd, plan) if plan.strategy == "crop" else _from2d(out, nd)
         return out.squeeze(0) if unbatched else out
-    full = _explicit_pads(sizes, _k_eff(k, d), s, pairs, outs)
+    full = _explicit_pads(sizes, _k_eff(k, d), s, pairs, outs, ceil)
     total = _window_sum(x, nd, k, s, d, full)
     if divisor_override is not None:
         div: Tensor | int = divisor_override
@@ -1357,12 +1380,12 @@ def _lp_pool(
         )
     if isinstance(norm_type, bool) or not isinstance(norm_type, (int, float)) or norm_type <= 0:
         raise PaddingError(f"{fname}(): norm_type must be a positive number, got {norm_type!r}")
-    x, unbatched, k, s, d, pairs, _ceil, sizes, outs = _pool_setup(
+    x, unbatched, k, s, d, pairs, ceil, sizes, outs = _pool_setup(
         fname, nd, input, kernel_size, stride, padding, dilation, ceil_mode
     )
     if not x.dtype.is_floating_point:
         raise TypeError(f"{fname}(): LP pooling needs a floating-point input, got {x.dtype}")
-    full = _explicit_pads(sizes, _k_eff(k, d), s, pairs, outs)
+    full = _explicit_pads(sizes, _k_eff(k, d), s, pairs, outs, ceil)
     total = _window_sum(x.pow(norm_type), nd, k, s, d, full)
     out = total.pow(1.0 / norm_type)
     return out.squeeze(0) if unbatched else out

@@ -95,6 +95,35 @@ def _conv_out(n: int, k: int, s: int, d: int, lo: int, hi: int) -> int:
     return (n + lo + hi - (d * (k - 1) + 1)) // s + 1
 
 
+_SYMBOLIC = "a symbolic input size (dynamic shapes): one pad, no size-specialised choice"
+
+
+def _ratio(surplus: float, traced: bool) -> str:
+    # while tracing, the sizes (and so the ratio) may be symbolic: nothing to print
+    return "more outputs than kept" if traced else f"{surplus:.2f}x"
+
+
+def _symbolic_plan(
+    op: str,
+    pairs: Pairs,
+    k: tuple[int, ...],
+    s: tuple[int, ...],
+    d: tuple[int, ...],
+    n: tuple[int, ...],
+    ceil_mode: bool = False,
+) -> Plan:
+    nd = len(pairs)
+    if op == "conv":
+        out = tuple(_conv_out(*a, *p) for a, p in zip(zip(n, k, s, d), pairs))
+    else:
+        out = tuple(
+            pool_output_size(nn, kk, ss, dd, lo, hi, ceil_mode)
+            for nn, kk, ss, dd, (lo, hi) in zip(n, k, s, d, pairs)
+        )
+    zero = _zeros(nd)
+    return Plan(op, "explicit", pairs, (0,) * nd, pairs, zero, (0,) * nd, out, False, _SYMBOLIC)
+
+
 def _crop_layout(
     pairs: Pairs, k: Sequence[int], s: Sequence[int], d: Sequence[int], n: Sequence[int]
 ) -> tuple[tuple[int, ...], tuple[int, ...], float] | None:
@@ -150,16 +179,20 @@ def plan_conv(
     in_channels: int = 1,
     padding_mode: str = "zeros",
     cache: bool = True,
+    symbolic: bool = False,
 ) -> Plan:
     """The plan for a conv with resolved ``pairs`` on spatial input size ``n``.
 
     Plans are cached per shape unless ``cache=False`` (padkit passes that while
-    ``torch.compile`` traces, which plans once per graph anyway).
+    ``torch.compile`` traces, which plans once per graph anyway). ``symbolic=True`` (sizes
+    traced with dynamic shapes) picks the explicit plan, which needs no guard on the size.
     """
     args = (tuple(pairs), tuple(k), tuple(s), tuple(d), tuple(n))
+    if symbolic:
+        return _symbolic_plan("conv", args[0], args[1], args[2], args[3], args[4])
     if cache and all(isinstance(v, int) for v in args[4]):
         return _plan_conv_cached(*args, groups, in_channels, padding_mode)
-    return _plan_conv(*args, groups, in_channels, padding_mode)
+    return _plan_conv(*args, groups, in_channels, padding_mode, traced=not cache)
 
 
 def _plan_conv(
@@ -171,6 +204,7 @@ def _plan_conv(
     groups: int,
     in_channels: int,
     padding_mode: str,
+    traced: bool = False,
 ) -> Plan:
     nd = len(pairs)
     out = tuple(_conv_out(*a, *p) for a, p in zip(zip(n, k, s, d), pairs))
@@ -205,7 +239,7 @@ def _plan_conv(
             "crop",
             native,
             f"symmetric padding {native}, then a view without the surplus outputs "
-            f"({surplus:.2f}x computed)",
+            f"({_ratio(surplus, traced)} computed)",
             skip=skip,
         )
     grouped = groups > 1 and groups == in_channels
@@ -255,17 +289,24 @@ def plan_pool(
     count_include_pad: bool = True,
     native_dtype: bool = True,
     cache: bool = True,
+    symbolic: bool = False,
 ) -> Plan:
     """The plan for a ``"max_pool"``, ``"avg_pool"`` or ``"lp_pool"`` with resolved ``pairs``.
+
+    ``cache`` and ``symbolic`` as for :func:`plan_conv`.
 
     Example:
         >>> plan_pool("max_pool", ((0, 1), (0, 1)), (3, 3), (2, 2), (1, 1), (112, 112)).strategy
         'ceil_mode'
     """
     args = (op, tuple(pairs), tuple(k), tuple(s), tuple(d), tuple(n))
+    if symbolic:
+        return _symbolic_plan(op, *args[1:], bool(ceil_mode))
     if cache and all(isinstance(v, int) for v in args[5]):
         return _plan_pool_cached(*args, bool(ceil_mode), bool(count_include_pad), native_dtype)
-    return _plan_pool(*args, bool(ceil_mode), bool(count_include_pad), native_dtype)
+    return _plan_pool(
+        *args, bool(ceil_mode), bool(count_include_pad), native_dtype, traced=not cache
+    )
 
 
 def _plan_pool(
@@ -278,6 +319,7 @@ def _plan_pool(
     ceil_mode: bool,
     count_include_pad: bool,
     native_dtype: bool,
+    traced: bool = False,
 ) -> Plan:
     nd = len(pairs)
     zero, none = _zeros(nd), (0,) * nd
@@ -346,7 +388,7 @@ def _plan_pool(
                 "crop",
                 native,
                 f"symmetric padding {native}, then a view without the surplus outputs "
-                f"({surplus:.2f}x computed)",
+                f"({_ratio(surplus, traced)} computed)",
                 skip=skip,
             )
     if any(lo > kk // 2 or hi > kk // 2 for (lo, hi), kk in zip(pairs, k)):

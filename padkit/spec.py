@@ -92,13 +92,18 @@ _SIZE_DEPENDENT = ("same", "same_lower")
 def _is_tensor(value: Any) -> bool:
     # a 0-d integer tensor passes operator.index, but a padding held in a tensor is a
     # mistake (it would be synchronised to the host on every call): refuse it by its type
-    return type(value).__module__.split(".")[0] == "torch"
+    if isinstance(value, (int, str, tuple, list)):
+        return False
+    module = type(value).__module__
+    return module == "torch" or module.startswith("torch.")
 
 
 def _as_int(value: Any, name: str) -> int:
     """``value`` as a Python int; booleans, floats, tensors and other types raise TypeError."""
     if isinstance(value, bool):
         raise TypeError(f"{name} must be an int, got a bool ({value!r})")
+    if isinstance(value, int):
+        return value
     if _is_tensor(value):
         raise TypeError(
             f"{name} must be an int, got a Tensor ({value!r}); use int(t) or t.tolist()"
@@ -110,7 +115,9 @@ def _as_int(value: Any, name: str) -> int:
 
 
 def _is_int_like(value: Any) -> bool:
-    if isinstance(value, bool) or _is_tensor(value):
+    if isinstance(value, int):
+        return not isinstance(value, bool)
+    if _is_tensor(value):
         return False
     try:
         operator.index(value)
@@ -171,6 +178,8 @@ def _same_total(n: int, k_eff: int, s: int) -> int:
     if s == 1:
         return k_eff - 1
     out = _ceil_div(n, s)
+    if k_eff >= s:  # never negative then; no max(), so a symbolic n stays unspecialised
+        return (out - 1) * s + k_eff - n
     return max((out - 1) * s + k_eff - n, 0)
 
 
