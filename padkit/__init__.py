@@ -49,9 +49,23 @@ __all__ = [
 ]
 
 
+# torch-backed (or onnx-backed) submodules, imported on first attribute access
+_SUBMODULES = (
+    "nn",
+    "functional",
+    "plan",
+    "surgery",
+    "streaming",
+    "reversible",
+    "onnx",
+    "explain",
+    "inspect",
+)
+
+
 def __getattr__(name: str) -> object:
     # torch-backed subpackages load on first use so that `import padkit` stays light
-    if name in ("nn", "functional"):
+    if name in _SUBMODULES:
         import importlib
 
         return importlib.import_module(f".{name}", __name__)
