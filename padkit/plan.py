@@ -143,6 +143,16 @@ def _crop_layout(
     return tuple(native), tuple(skip), surplus
 
 
+def _dilated_overpad(native: Sequence[int], k: Sequence[int], d: Sequence[int]) -> bool:
+    """A dilated conv asked for more native padding than ``d*(k-1)//2`` on some axis.
+
+    oneDNN then leaves its direct kernel for im2col + GEMM on several (k, d) (k3 d4:
+    1.25x native, against 1.04-1.09x for one ``F.pad`` and an unpadded conv; see
+    docs/performance.md), so such convs take ``residual_pad`` instead of ``crop``.
+    """
+    return any(dd > 1 and p > dd * (kk - 1) // 2 for p, kk, dd in zip(native, k, d))
+
+
 def _extend_layout(pairs: Pairs, d: Sequence[int]) -> tuple[tuple[int, ...], Pairs] | None:
     native: list[int] = []
     ext: list[tuple[int, int]] = []
@@ -233,7 +243,7 @@ def _plan_conv(
     if all(lo == hi for lo, hi in pairs):
         return make("native", [lo for lo, _ in pairs], "symmetric pads")
     crop = _crop_layout(pairs, k, s, d, n)
-    if crop is not None and crop[2] <= _CROP_MAX_SURPLUS:
+    if crop is not None and crop[2] <= _CROP_MAX_SURPLUS and not _dilated_overpad(crop[0], k, d):
         native, skip, surplus = crop
         return make(
             "crop",
