@@ -1213,9 +1213,15 @@ def _avg_pool(
         ceil_mode=ceil,
         count_include_pad=bool(count_include_pad),
         native_dtype=native_dtype,
+        float_input=x.dtype.is_floating_point,
+        channels_last=channels_last(x),
         cache=not _compiling(),
         symbolic=_symbolic(sizes),
     )
+    if plan.strategy == "zero_extend":
+        weight = mean_kernel(x, k, plan.kernel_ext, divisor_override)
+        out = _CONV[nd](x, weight, None, s, plan.native_padding, 1, x.shape[1])
+        return out.squeeze(0) if unbatched else out
     if plan.strategy != "explicit":
         pool = _AVG_POOL[max(nd, 2)]
         out = pool(
@@ -1251,6 +1257,22 @@ def _avg_pool(
     else:
         out = torch.div(total, div, rounding_mode="trunc").to(x.dtype)
     return out.squeeze(0) if unbatched else out
+
+
+def channels_last(x: Tensor) -> bool:
+    """``x`` is laid out channels-last (and not also plain contiguous)."""
+    fmt = {4: torch.channels_last, 5: torch.channels_last_3d}.get(x.dim())
+    return fmt is not None and x.is_contiguous(memory_format=fmt) and not x.is_contiguous()
+
+
+def mean_kernel(
+    x: Tensor, k: Sequence[int], kernel_ext: Pairs, divisor_override: int | None = None
+) -> Tensor:
+    """The depthwise kernel of a window mean over ``x``'s channels: ``1/divisor`` on the
+    ``k`` taps, zeros on the ``kernel_ext`` taps around them."""
+    div = divisor_override if divisor_override is not None else math.prod(k)
+    weight = torch.full((x.shape[1], 1, *k), 1.0 / div, dtype=x.dtype, device=x.device)
+    return F.pad(weight, _torch_pad(kernel_ext)) if any(map(any, kernel_ext)) else weight
 
 
 def _check_divisor(fname: str, value: Any) -> int:

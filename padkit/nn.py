@@ -793,8 +793,10 @@ class _PadPool(_Memo):
         d = _tuple_of(getattr(self, "dilation", 1), self._nd, "dilation")
         return PF.resolve(self.pad_spec, k, s, d, tuple(input_size)[-self._nd :])
 
-    def plan(self, input_size: Sequence[int]) -> Plan:
+    def plan(self, input_size: Sequence[int], *, channels_last: bool = False) -> Plan:
         """What runs for an input of this shape (full or spatial), and why.
+
+        ``channels_last``: the input's memory layout, which average pools plan by.
 
         Example:
             >>> print(MaxPool2d(3, 2, padding="same").plan((1, 8, 112, 112)))  # doctest: +ELLIPSIS
@@ -818,6 +820,7 @@ class _PadPool(_Memo):
                 sizes,
                 ceil_mode=ceil,
                 count_include_pad=self.count_include_pad,
+                channels_last=channels_last,
             )
         return plan_pool("lp_pool", pairs, k, s, d, sizes, ceil_mode=ceil, native_dtype=False)
 
@@ -844,7 +847,7 @@ def _pool_fast(layer: Any, x: Tensor, op: str) -> _FastFn | None:
         or (nd == 3 and x.device.type == "cpu" and x.dtype in (torch.float16, torch.bfloat16))
     ):
         return None
-    plan = layer.plan(tuple(x.shape))
+    plan = layer.plan(tuple(x.shape), channels_last=PF.channels_last(x))
     if plan.strategy == "explicit":
         return None
     k = PF._lift(nd, _tuple_of(layer.kernel_size, nd, "kernel_size"), 1)
@@ -857,6 +860,19 @@ def _pool_fast(layer: Any, x: Tensor, op: str) -> _FastFn | None:
         out = PF._from2d(out, nd)
         return PF._narrow_out(out, plan) if crop else out
 
+    if op == "avg_pool" and plan.strategy == "zero_extend":
+        conv, native = PF._CONV[nd], plan.native_padding
+        kernel = _tuple_of(layer.kernel_size, nd, "kernel_size")
+        weights: dict[tuple[Any, ...], Tensor] = {}
+
+        def as_conv(m: Any, x: Tensor) -> Tensor:
+            key = (x.shape[1], x.dtype, x.device)
+            w = weights.get(key)
+            if w is None:
+                w = weights[key] = PF.mean_kernel(x, kernel, plan.kernel_ext, m.divisor_override)
+            return conv(x, w, None, s[-nd:], native, 1, x.shape[1])
+
+        return as_conv
     if op == "avg_pool":
         pool = PF._AVG_POOL[max(nd, 2)]
         include, div = bool(layer.count_include_pad), layer.divisor_override
@@ -894,6 +910,7 @@ def _pool_forward(layer: Any, input: Tensor, op: str, full: Callable[[Tensor], A
         getattr(layer, "return_indices", False),
         getattr(layer, "count_include_pad", True),
         getattr(layer, "divisor_override", None),
+        op == "avg_pool" and PF.channels_last(input),
     )
     cache = _fast_cache(layer)
     fn = cache.get(key, False)

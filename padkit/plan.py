@@ -283,8 +283,22 @@ def _plan_pool_cached(
     ceil_mode: bool,
     count_include_pad: bool,
     native_dtype: bool,
+    float_input: bool,
+    channels_last: bool,
 ) -> Plan:
-    return _plan_pool(op, pairs, k, s, d, n, ceil_mode, count_include_pad, native_dtype)
+    return _plan_pool(
+        op,
+        pairs,
+        k,
+        s,
+        d,
+        n,
+        ceil_mode,
+        count_include_pad,
+        native_dtype,
+        float_input,
+        channels_last,
+    )
 
 
 def plan_pool(
@@ -298,6 +312,8 @@ def plan_pool(
     ceil_mode: bool = False,
     count_include_pad: bool = True,
     native_dtype: bool = True,
+    float_input: bool = True,
+    channels_last: bool = False,
     cache: bool = True,
     symbolic: bool = False,
 ) -> Plan:
@@ -313,9 +329,22 @@ def plan_pool(
     if symbolic:
         return _symbolic_plan(op, *args[1:], bool(ceil_mode))
     if cache and all(isinstance(v, int) for v in args[5]):
-        return _plan_pool_cached(*args, bool(ceil_mode), bool(count_include_pad), native_dtype)
+        return _plan_pool_cached(
+            *args,
+            bool(ceil_mode),
+            bool(count_include_pad),
+            native_dtype,
+            float_input,
+            channels_last,
+        )
     return _plan_pool(
-        *args, bool(ceil_mode), bool(count_include_pad), native_dtype, traced=not cache
+        *args,
+        bool(ceil_mode),
+        bool(count_include_pad),
+        native_dtype,
+        float_input,
+        channels_last,
+        traced=not cache,
     )
 
 
@@ -329,6 +358,8 @@ def _plan_pool(
     ceil_mode: bool,
     count_include_pad: bool,
     native_dtype: bool,
+    float_input: bool = True,
+    channels_last: bool = False,
     traced: bool = False,
 ) -> Plan:
     nd = len(pairs)
@@ -345,7 +376,7 @@ def _plan_pool(
             pairs,
             tuple(native),
             kw.get("pre_pad", zero),  # type: ignore[arg-type]
-            zero,
+            kw.get("kernel_ext", zero),  # type: ignore[arg-type]
             kw.get("skip", none),  # type: ignore[arg-type]
             out,
             bool(kw.get("ceil", False)),
@@ -370,6 +401,26 @@ def _plan_pool(
 
     if all(lo == hi for lo, hi in pairs) and fits([lo for lo, _ in pairs]):
         return make("native", [lo for lo, _ in pairs], "symmetric pads", ceil=ceil_mode)
+
+    if (
+        op == "avg_pool"
+        and count_include_pad
+        and not ceil_mode
+        and float_input
+        and not channels_last
+    ):
+        # a constant divisor: the window mean is a depthwise conv with a 1/k kernel, and
+        # torch's depthwise conv beats its own avg_pool in NCHW (0.12-0.20x, see
+        # docs/performance.md; not in channels_last, where the pool is fast); zero taps on
+        # the short side keep the padding symmetric
+        native, kernel_ext = _extend_layout(pairs, d)  # type: ignore[misc]
+        return make(
+            "zero_extend",
+            native,
+            "average counting its pads: a depthwise conv with a constant kernel, zero taps "
+            "on the short side, symmetric padding, no input copy",
+            kernel_ext=kernel_ext,
+        )
 
     # ceil_mode: the end pad is exactly the ceil overhang (pads never counted)
     lows = [lo for lo, _ in pairs]

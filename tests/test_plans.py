@@ -188,10 +188,12 @@ POOL_CASES = [
     ("max-big-pads", "max_pool", (3, 3), (1, 1), ((2, 2), (0, 3)), False, True, "explicit"),
     ("max-asym-ceil", "max_pool", (2, 2), (2, 2), ((0, 1), (0, 1)), True, True, "ceil_mode"),
     ("avg-excl-s1", "avg_pool", (2, 2), (1, 1), ((0, 1), (0, 1)), False, False, "crop"),
-    ("avg-incl-s1", "avg_pool", (2, 2), (1, 1), ((0, 1), (0, 1)), False, True, "crop"),
+    ("avg-incl-s1", "avg_pool", (2, 2), (1, 1), ((0, 1), (0, 1)), False, True, "zero_extend"),
     ("avg-tf-same", "avg_pool", (3, 3), (2, 2), ((0, 1), (0, 1)), False, False, "ceil_mode"),
-    ("avg-incl-s2", "avg_pool", (3, 3), (2, 2), ((0, 1), (0, 1)), False, True, "explicit"),
-    ("avg-lower", "avg_pool", (3, 3), (2, 2), ((1, 0), (1, 0)), False, True, "crop"),
+    ("avg-incl-s2", "avg_pool", (3, 3), (2, 2), ((0, 1), (0, 1)), False, True, "zero_extend"),
+    ("avg-incl-big", "avg_pool", (2, 2), (1, 1), ((0, 3), (2, 0)), False, True, "zero_extend"),
+    ("avg-lower", "avg_pool", (3, 3), (2, 2), ((1, 0), (1, 0)), False, True, "zero_extend"),
+    ("avg-lower-excl", "avg_pool", (3, 3), (2, 2), ((1, 0), (1, 0)), False, False, "crop"),
     ("avg-ceil-incl", "avg_pool", (3, 3), (2, 2), ((1, 1), (0, 1)), True, True, "explicit"),
 ]
 
@@ -248,3 +250,22 @@ def test_layers_explain_their_plan() -> None:
     assert conv.plan((1, 32, 113, 113)).strategy == "native"  # TF SAME is (1, 1) there
     pool = pnn.AvgPool2d(3, 2, padding=((0, 1), (0, 1)), count_include_pad=False)
     assert pool.plan((1, 8, 14, 14)).strategy == "ceil_mode"
+
+
+def test_avg_pool_counting_pads_runs_as_a_depthwise_conv_in_nchw_only() -> None:
+    torch.manual_seed(0)
+    pool = pnn.AvgPool2d(3, 2, padding=((0, 1), (2, 1)), count_include_pad=True)
+    x = torch.randn(2, 5, 13, 14, dtype=torch.float64)
+    xp = F.pad(x, (2, 1, 0, 1))
+    ref = F.avg_pool2d(xp, 3, 2, 0, False, True)
+    for layout in (torch.contiguous_format, torch.channels_last):
+        y = x.contiguous(memory_format=layout)
+        plan = pool.plan(y.shape, channels_last=layout == torch.channels_last)
+        assert (plan.strategy == "zero_extend") == (layout == torch.contiguous_format)
+        for _ in range(2):  # the full path, then the layer's memo
+            torch.testing.assert_close(pool(y), ref, rtol=1e-12, atol=1e-12)
+    with_div = pnn.AvgPool2d(3, 2, padding=((0, 1), (2, 1)), divisor_override=4)
+    for _ in range(2):
+        torch.testing.assert_close(
+            with_div(x), F.avg_pool2d(xp, 3, 2, 0, False, True, 4), rtol=1e-12, atol=1e-12
+        )
