@@ -40,6 +40,7 @@ from common import (
     measure_case,
 )
 
+import padkit.functional as PF
 import padkit.nn as pnn
 
 Module = Callable[[Tensor], Tensor]
@@ -156,7 +157,11 @@ def build(case: LayerCase, n: int, channels_last: bool) -> tuple[Tensor, dict[st
 
 def plan_of(case: LayerCase, module: Module, x: Tensor) -> str:
     plan = getattr(module, "plan", None)
-    return plan(tuple(x.shape)).strategy if plan is not None else "?"
+    if plan is None:
+        return "?"
+    if isinstance(module, pnn.AvgPool2d):  # average pools plan by memory layout
+        return str(plan(tuple(x.shape), channels_last=PF.channels_last(x)).strategy)
+    return str(plan(tuple(x.shape)).strategy)
 
 
 @dataclass
