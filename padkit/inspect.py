@@ -385,41 +385,11 @@ def _trace_sizes(
     model: Any, paths: Sequence[str], input_shape: Sequence[int]
 ) -> dict[str, tuple[tuple[int, ...], tuple[int, ...] | None]]:
     """The (input shape, output shape) each module sees in one forward of zeros (eval mode)."""
-    import torch
+    from .surgery import _trace_shapes
 
-    seen: dict[str, tuple[tuple[int, ...], tuple[int, ...] | None]] = {}
-    modules = dict(model.named_modules())
-    handles = []
-    for path in paths:
-
-        def hook(_m: Any, args: tuple[Any, ...], out: Any, path: str = path) -> None:
-            if path in seen or not args or not isinstance(args[0], torch.Tensor):
-                return
-            y = out[0] if isinstance(out, (tuple, list)) else out
-            seen[path] = (
-                tuple(args[0].shape),
-                tuple(y.shape) if isinstance(y, torch.Tensor) else None,
-            )
-
-        handles.append(modules[path].register_forward_hook(hook))
-    modes = {m: m.training for m in model.modules()}
-    param = next(iter(model.parameters()), None)
-    try:
-        model.eval()
-        x = torch.zeros(
-            tuple(input_shape),
-            dtype=param.dtype if param is not None else torch.float32,
-            device=param.device if param is not None else None,
-        )
-        with torch.no_grad(), warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # only shapes are wanted from this pass
-            model(x)
-    finally:
-        for h in handles:
-            h.remove()
-        for m, mode in modes.items():
-            m.training = mode
-    return seen
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # only shapes are wanted from this pass
+        return _trace_shapes(model, paths, input_shape)
 
 
 def _torch_report(

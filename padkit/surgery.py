@@ -649,18 +649,26 @@ def _port_detail(old: _Layer, new: _Layer) -> tuple[bool, str]:
     return True, "; ".join(f"axis {i}: {p}" for i, p in enumerate(parts) if p)
 
 
-def _record_sizes(model: nn.Module, paths: set[str], input_shape: Sequence[int]) -> dict[str, Any]:
-    """The spatial input size each of ``paths`` sees in one forward of zeros (eval mode)."""
-    sizes: dict[str, Any] = {}
+def _trace_shapes(
+    model: nn.Module, paths: Sequence[str] | set[str], input_shape: Sequence[int]
+) -> dict[str, tuple[tuple[int, ...], tuple[int, ...] | None]]:
+    """The (input shape, output shape) each of ``paths`` first sees in one forward of zeros.
+
+    The model runs once in eval mode under ``no_grad`` and its training flags are restored;
+    the output shape is None where the module returns no tensor.
+    """
+    seen: dict[str, tuple[tuple[int, ...], tuple[int, ...] | None]] = {}
     handles = []
     modules = dict(model.named_modules(remove_duplicate=False))
     for path in paths:
 
-        def hook(_m: nn.Module, args: tuple[Any, ...], path: str = path) -> None:
-            if args and isinstance(args[0], Tensor):
-                sizes.setdefault(path, tuple(args[0].shape))
+        def hook(_m: nn.Module, args: tuple[Any, ...], out: Any, path: str = path) -> None:
+            if path in seen or not args or not isinstance(args[0], Tensor):
+                return
+            y = out[0] if isinstance(out, (tuple, list)) else out
+            seen[path] = (tuple(args[0].shape), tuple(y.shape) if isinstance(y, Tensor) else None)
 
-        handles.append(modules[path].register_forward_pre_hook(hook))
+        handles.append(modules[path].register_forward_hook(hook))
     modes = {m: m.training for m in model.modules()}
     param = next(iter(model.parameters()), None)
     try:
@@ -677,7 +685,7 @@ def _record_sizes(model: nn.Module, paths: set[str], input_shape: Sequence[int])
             h.remove()
         for m, mode in modes.items():
             m.training = mode
-    return sizes
+    return seen
 
 
 # ----------------------------------------------------------------------------- convert
@@ -886,17 +894,17 @@ def _port(
         if not changed:
             continue
         plans.append((path, module, layer, new, detail))
-    sizes: dict[str, Any] = {}
+    shapes: dict[str, Any] = {}
     if input_shape is not None:
-        sizes = _record_sizes(out, {p for p, *_ in plans}, input_shape)
+        shapes = _trace_shapes(out, {p for p, *_ in plans}, input_shape)
     for path, module, layer, new_layer, detail in plans:
         at: bool | None = None
         if input_shape is not None:
-            shape = sizes.get(path)
-            if shape is None:
+            traced = shapes.get(path)
+            if traced is None:
                 at = None
             else:
-                spatial = tuple(shape[-layer.nd :])
+                spatial = tuple(traced[0][-layer.nd :])
                 at = any(_differs_at(layer, new_layer, i, n) for i, n in enumerate(spatial))
                 sees = ", ".join(
                     f"axis {i} n={n}: {_axis_change(layer, new_layer, i, n)}"
