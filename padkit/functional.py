@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -419,10 +419,18 @@ def run_conv_plan(
     s: tuple[int, ...],
     d: tuple[int, ...],
     groups: int,
+    *,
+    extend: Callable[[Tensor], Tensor] | None = None,
 ) -> Tensor:
-    """Execute a zero-padding conv :class:`~padkit.plan.Plan` on a batched input."""
+    """Execute a zero-padding conv :class:`~padkit.plan.Plan` on a batched input.
+
+    ``extend`` builds the zero-extended kernel of a ``zero_extend`` plan (the layers pass
+    one that caches it for frozen weights); by default the weight is padded on each call.
+    """
     if plan.strategy == "zero_extend":
-        weight = F.pad(weight, _torch_pad(plan.kernel_ext))
+        weight = (
+            extend(weight) if extend is not None else F.pad(weight, _torch_pad(plan.kernel_ext))
+        )
     elif plan.strategy in ("residual_pad", "explicit"):
         x = F.pad(x, _torch_pad(plan.pre_pad))
     out: Tensor = conv(x, weight, bias, s, plan.native_padding, d, groups)

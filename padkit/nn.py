@@ -169,17 +169,11 @@ def _conv_fast(layer: Any, x: Tensor) -> _FastFn | None:
     plan = layer.plan(tuple(x.shape))
     conv = PF._CONV[nd]
     s, d, g = tuple(layer.stride), tuple(layer.dilation), layer.groups
-    native = plan.native_padding
-    # the closures take the layer as an argument: replicas (DataParallel) share the memo
-    if plan.strategy == "native":
-        return lambda m, x: conv(x, m.weight, m.bias, s, native, d, g)
-    if plan.strategy == "zero_extend":
-        padded = _PaddedWeight(PF._torch_pad(plan.kernel_ext))
-        return lambda m, x: conv(x, padded(m.weight), m.bias, s, native, d, g)
-    if plan.strategy == "crop":
-        return lambda m, x: PF._narrow_out(conv(x, m.weight, m.bias, s, native, d, g), plan)
-    pre = PF._torch_pad(plan.pre_pad)
-    return lambda m, x: conv(F.pad(x, pre), m.weight, m.bias, s, native, d, g)
+    extend = (
+        _PaddedWeight(PF._torch_pad(plan.kernel_ext)) if plan.strategy == "zero_extend" else None
+    )
+    # the closure takes the layer as an argument: replicas (DataParallel) share the memo
+    return lambda m, x: PF.run_conv_plan(plan, conv, x, m.weight, m.bias, s, d, g, extend=extend)
 
 
 # ----------------------------------------------------------------------------- convolution
@@ -805,7 +799,7 @@ class _PadPool(_Memo):
         sizes = tuple(int(v) for v in tuple(input_size)[-self._nd :])
         pairs = self.resolved_padding(sizes)
         k = _tuple_of(self.kernel_size, self._nd, "kernel_size")
-        s = k if self.stride is None else _tuple_of(self.stride, self._nd, "stride")
+        s = _pool_stride(self)
         d = _tuple_of(getattr(self, "dilation", 1), self._nd, "dilation")
         ceil = bool(self.ceil_mode) or self.pad_spec.ceil_mode
         if isinstance(self, _MaxPoolMixin):
@@ -851,7 +845,7 @@ def _pool_fast(layer: Any, x: Tensor, op: str) -> _FastFn | None:
     if plan.strategy == "explicit":
         return None
     k = PF._lift(nd, _tuple_of(layer.kernel_size, nd, "kernel_size"), 1)
-    s = PF._lift(nd, plan_stride(layer), 1)
+    s = PF._lift(nd, _pool_stride(layer), 1)
     p = PF._lift(nd, plan.native_padding, 0)
     ceil = plan.ceil_mode
     crop = plan.strategy == "crop"
@@ -890,7 +884,7 @@ def _pool_fast(layer: Any, x: Tensor, op: str) -> _FastFn | None:
     return lambda m, x: finish(mp(PF._to2d(x, nd), k, s, p, d, ceil))
 
 
-def plan_stride(layer: Any) -> tuple[int, ...]:
+def _pool_stride(layer: Any) -> tuple[int, ...]:
     k = _tuple_of(layer.kernel_size, layer._nd, "kernel_size")
     return k if layer.stride is None else _tuple_of(layer.stride, layer._nd, "stride")
 
