@@ -385,7 +385,7 @@ def _trace_sizes(
     model: Any, paths: Sequence[str], input_shape: Sequence[int]
 ) -> dict[str, tuple[tuple[int, ...], tuple[int, ...] | None]]:
     """The (input shape, output shape) each module sees in one forward of zeros (eval mode)."""
-    from .surgery import _trace_shapes
+    from .surgery.convert import _trace_shapes
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # only shapes are wanted from this pass

@@ -1,0 +1,35 @@
+"""Model surgery: exact padkit replacements, padding-convention ports and output-stride dilation.
+
+:func:`convert` returns a copy of a model in which the layers that pad on every forward
+(timm's ``Conv2dSame``/``MaxPool2dSame``/``AvgPool2dSame``, torch convs with
+``padding='same'``) and explicit pad modules directly followed by a conv or pool in an
+``nn.Sequential`` are replaced by padkit layers that compute the same numbers with the
+same weights. With ``padding=...`` it also switches the model's padding convention (a
+PyTorch-style model to TF ``SAME`` to run weights trained in TF/Keras, or a TF port back
+to symmetric padding) and reports every layer whose numbers change.
+
+:func:`dilate` turns a ResNet-family backbone of output stride 32 into one of output
+stride 16 or 8 by replacing strides with dilations, and fixes every padding this affects
+so that the a-trous identity holds exactly: in eval mode the dilated model's last feature
+map, subsampled at the original stride, equals the original model's.
+
+Both return ``(model, report)``; the model is a copy unless ``inplace=True``, and its
+``state_dict`` has the original's keys and shapes. torch is the only dependency: timm and
+torchvision classes are recognised only when those packages are already imported (a model
+holding their layers has imported them).
+"""
+
+from ._common import PORT_TARGETS, Change, Skip, SurgeryError, SurgeryReport
+from .convert import convert
+from .dilate import LatticeGate, dilate
+
+__all__ = [
+    "PORT_TARGETS",
+    "Change",
+    "LatticeGate",
+    "Skip",
+    "SurgeryError",
+    "SurgeryReport",
+    "convert",
+    "dilate",
+]

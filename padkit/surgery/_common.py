@@ -1,0 +1,357 @@
+"""What convert and dilate share: the report, the facts of a conv or pool, module paths."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from torch import nn
+
+from .. import nn as PN
+from ..spec import (
+    Padding,
+    PaddingError,
+    _tuple_of,
+)
+
+#: What ``convert(padding=...)`` accepts: a same-family rule, or PyTorch-style symmetric pads.
+PORT_TARGETS: tuple[str, ...] = (
+    "same",
+    "same_lower",
+    "same_static",
+    "same_static_lower",
+    "symmetric",
+)
+_SAME_RULES = ("same", "same_lower", "same_static", "same_static_lower")
+
+
+class SurgeryError(PaddingError):
+    """A model, or one of its modules, cannot be transformed exactly."""
+
+
+# ----------------------------------------------------------------------------- the report
+
+
+@dataclass(frozen=True)
+class Change:
+    """One module that surgery replaced or modified.
+
+    Attributes:
+        path: the module's path in the returned model (``model.get_submodule(path)``).
+        before: the original module, briefly (class, kernel, stride, dilation, pads).
+        after: the module now at ``path``, briefly.
+        what: the aspects that changed, e.g. ``("stride", "dilation", "padding")``.
+        numbers_change: whether the layer computes other numbers than before for some
+            input size (convention ports); exact replacements and dilations say False.
+        detail: why, and where the numbers differ.
+        at_input: for ``convert(..., input_shape=...)``: whether the numbers differ at the
+            size this layer sees for that input (None when no input shape was given).
+    """
+
+    path: str
+    before: str
+    after: str
+    what: tuple[str, ...]
+    numbers_change: bool = False
+    detail: str = ""
+    at_input: bool | None = None
+
+
+@dataclass(frozen=True)
+class Skip:
+    """A candidate module that surgery left as it was, and why."""
+
+    path: str
+    reason: str
+
+
+@dataclass
+class SurgeryReport:
+    """What :func:`convert` or :func:`dilate` did.
+
+    Attributes:
+        operation: ``"convert"`` or ``"dilate"``.
+        changes: every module replaced or modified, in model order.
+        skipped: candidates left unchanged, with the reason.
+        notes: remarks that concern the model as a whole.
+
+    Example:
+        >>> from padkit.surgery import convert
+        >>> net = torch.nn.Sequential(torch.nn.Conv2d(1, 1, 3, stride=2, padding=1))
+        >>> _, report = convert(net, padding="same")
+        >>> print(report)  # doctest: +NORMALIZE_WHITESPACE
+        padkit.surgery.convert: 1 change(s)
+          0: Conv2d k=(3, 3) s=(2, 2) d=(1, 1) pads=((1, 1), (1, 1))
+             -> padkit.Conv2d k=(3, 3) s=(2, 2) d=(1, 1) pads=('same', 'same') [numbers change]
+              every axis: at even sizes (e.g. n=12: pads (1, 1) -> (0, 1))
+    """
+
+    operation: str
+    changes: list[Change] = field(default_factory=list)
+    skipped: list[Skip] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def paths(self) -> list[str]:
+        """The paths of the changed modules."""
+        return [c.path for c in self.changes]
+
+    @property
+    def numbers_changed(self) -> list[str]:
+        """The paths of the layers whose numbers change for some input size."""
+        return [c.path for c in self.changes if c.numbers_change]
+
+    def __str__(self) -> str:
+        lines = [f"padkit.surgery.{self.operation}: {len(self.changes)} change(s)"]
+        for c in self.changes:
+            flag = " [numbers change]" if c.numbers_change else ""
+            if c.at_input is not None:
+                flag += " [differs at the given input]" if c.at_input else " [same at input]"
+            lines.append(f"  {c.path or '<root>'}: {c.before} -> {c.after}{flag}")
+            if c.detail:
+                lines.append(f"      {c.detail}")
+        if self.skipped:
+            lines.append(f"skipped {len(self.skipped)}:")
+            lines.extend(f"  {s.path or '<root>'}: {s.reason}" for s in self.skipped)
+        lines.extend(f"note: {n}" for n in self.notes)
+        return "\n".join(lines)
+
+
+# ----------------------------------------------------------------------------- optional classes
+
+
+def _classes(module_name: str, *names: str) -> tuple[type, ...]:
+    """Classes from an optional package, only if it is already imported (never imports it)."""
+    mod = sys.modules.get(module_name)
+    if mod is None:
+        return ()
+    return tuple(c for c in (getattr(mod, n, None) for n in names) if isinstance(c, type))
+
+
+def _timm_same_convs() -> tuple[type, ...]:
+    return _classes("timm.layers.conv2d_same", "Conv2dSame", "Conv2dSameExport")
+
+
+def _timm_same_pools() -> tuple[type, ...]:
+    return _classes("timm.layers.pool2d_same", "MaxPool2dSame", "AvgPool2dSame")
+
+
+# ----------------------------------------------------------------------------- layer facts
+
+_CONV: dict[type, int] = {nn.Conv1d: 1, nn.Conv2d: 2, nn.Conv3d: 3}
+_MAX: dict[type, int] = {nn.MaxPool1d: 1, nn.MaxPool2d: 2, nn.MaxPool3d: 3}
+_AVG: dict[type, int] = {nn.AvgPool1d: 1, nn.AvgPool2d: 2, nn.AvgPool3d: 3}
+_LP: dict[type, int] = {nn.LPPool1d: 1, nn.LPPool2d: 2, nn.LPPool3d: 3}
+_PK_CONV: dict[type, int] = {PN.Conv1d: 1, PN.Conv2d: 2, PN.Conv3d: 3}
+_PK_MAX: dict[type, int] = {PN.MaxPool1d: 1, PN.MaxPool2d: 2, PN.MaxPool3d: 3}
+_PK_AVG: dict[type, int] = {PN.AvgPool1d: 1, PN.AvgPool2d: 2, PN.AvgPool3d: 3}
+_PK_LP: dict[type, int] = {PN.LPPool1d: 1, PN.LPPool2d: 2, PN.LPPool3d: 3}
+_BUILD: dict[tuple[str, int], type[nn.Module]] = {
+    ("conv", 1): PN.Conv1d,
+    ("conv", 2): PN.Conv2d,
+    ("conv", 3): PN.Conv3d,
+    ("max", 1): PN.MaxPool1d,
+    ("max", 2): PN.MaxPool2d,
+    ("max", 3): PN.MaxPool3d,
+    ("avg", 1): PN.AvgPool1d,
+    ("avg", 2): PN.AvgPool2d,
+    ("avg", 3): PN.AvgPool3d,
+    ("lp", 1): PN.LPPool1d,
+    ("lp", 2): PN.LPPool2d,
+    ("lp", 3): PN.LPPool3d,
+}
+
+
+@dataclass(frozen=True)
+class _Layer:
+    """The padding-relevant facts of a conv or pool, in padkit's terms."""
+
+    kind: str  # "conv", "max", "avg" or "lp"
+    nd: int
+    kernel: tuple[int, ...]
+    stride: tuple[int, ...]
+    dilation: tuple[int, ...]
+    padding: Padding
+    ceil_mode: bool = False
+    count_include_pad: bool = True
+    divisor_override: int | None = None
+    return_indices: bool = False
+    padding_mode: Any = "zeros"
+
+    def static_pairs(self) -> tuple[tuple[int, int], ...] | None:
+        """The pads when they do not depend on the input size (no Caffe ceil rounding)."""
+        if self.padding.ceil_mode or self.padding.needs_input_size(self.stride):
+            return None
+        return self.padding.resolve(self.kernel, self.stride, self.dilation)
+
+    def pairs_at(self, sizes: Sequence[int]) -> tuple[tuple[int, int], ...]:
+        return self.padding.resolve(self.kernel, self.stride, self.dilation, tuple(sizes))
+
+
+def _layer_kind(module: nn.Module) -> tuple[str, int] | None:
+    """(kind, nd) for a torch or padkit conv/pool of exactly that class, else None."""
+    t = type(module)
+    for table, kind in (
+        (_CONV, "conv"),
+        (_PK_CONV, "conv"),
+        (_MAX, "max"),
+        (_PK_MAX, "max"),
+        (_AVG, "avg"),
+        (_PK_AVG, "avg"),
+        (_LP, "lp"),
+        (_PK_LP, "lp"),
+    ):
+        if t in table:
+            return kind, table[t]
+    return None
+
+
+def _layer(module: nn.Module) -> _Layer | None:
+    """The facts of a torch or padkit conv/pool (exact classes only; subclasses are foreign)."""
+    found = _layer_kind(module)
+    if found is None:
+        return None
+    kind, nd = found
+    m: Any = module
+    kernel = _tuple_of(m.kernel_size, nd, "kernel_size")
+    stride = kernel if m.stride is None else _tuple_of(m.stride, nd, "stride")
+    dilation = _tuple_of(getattr(m, "dilation", 1), nd, "dilation")
+    spec = getattr(m, "pad_spec", None)
+    if not isinstance(spec, Padding):
+        pad = getattr(m, "padding", 0)
+        if isinstance(pad, str):
+            # torch convs: 'same' is the static split (odd pixel at the end), 'valid' is 0
+            pad = "same_static" if pad == "same" else pad
+        spec = Padding.parse(pad, nd)
+    if kind == "conv":
+        return _Layer(kind, nd, kernel, stride, dilation, spec, padding_mode=m.padding_mode)
+    return _Layer(
+        kind,
+        nd,
+        kernel,
+        stride,
+        dilation,
+        spec,
+        ceil_mode=bool(m.ceil_mode),
+        count_include_pad=bool(getattr(m, "count_include_pad", True)),
+        divisor_override=getattr(m, "divisor_override", None),
+        return_indices=bool(getattr(m, "return_indices", False)),
+    )
+
+
+def _build(layer: _Layer, old: nn.Module) -> nn.Module:
+    """A padkit layer computing ``layer``; a conv takes over ``old``'s parameter objects."""
+    cls = _BUILD[(layer.kind, layer.nd)]
+    m: Any = old
+    new: nn.Module
+    if layer.kind == "conv":
+        new = cls(
+            m.in_channels,
+            m.out_channels,
+            layer.kernel,
+            stride=layer.stride,
+            padding=layer.padding,
+            dilation=layer.dilation,
+            groups=m.groups,
+            bias=m.bias is not None,
+            padding_mode=layer.padding_mode,
+            device="meta",
+            dtype=m.weight.dtype,
+        )
+        new.weight = m.weight
+        if m.bias is not None:
+            new.bias = m.bias
+    elif layer.kind == "max":
+        new = cls(
+            layer.kernel,
+            layer.stride,
+            padding=layer.padding,
+            dilation=layer.dilation,
+            return_indices=layer.return_indices,
+            ceil_mode=layer.ceil_mode,
+        )
+    elif layer.kind == "avg":
+        new = cls(
+            layer.kernel,
+            layer.stride,
+            padding=layer.padding,
+            ceil_mode=layer.ceil_mode,
+            count_include_pad=layer.count_include_pad,
+            divisor_override=layer.divisor_override,
+            dilation=layer.dilation,
+        )
+    else:
+        new = cls(
+            m.norm_type,
+            layer.kernel,
+            layer.stride,
+            layer.ceil_mode,
+            padding=layer.padding,
+            dilation=layer.dilation,
+        )
+    new.train(old.training)
+    return new
+
+
+def _pads_text(layer: _Layer) -> str:
+    pairs = layer.static_pairs()
+    if pairs is not None:
+        return str(tuple(pairs))
+    return (
+        "(" + ", ".join(repr(a) if isinstance(a, str) else str(a) for a in layer.padding.axes) + ")"
+    )
+
+
+def _brief(module: nn.Module, layer: _Layer | None = None) -> str:
+    """``'Conv2d k=(3, 3) s=(2, 2) d=(1, 1) pads=((1, 1), (1, 1))'`` and the like."""
+    name = type(module).__name__
+    if any(type(module) in table for table in (_PK_CONV, _PK_MAX, _PK_AVG, _PK_LP)):
+        name = "padkit." + name
+    layer = layer if layer is not None else _layer(module)
+    if layer is None:
+        m: Any = module
+        facts = [
+            f"{key}={tuple(v) if isinstance(v, (list, tuple)) else v}"
+            for key, attr in (("k", "kernel_size"), ("s", "stride"), ("d", "dilation"))
+            if (v := getattr(m, attr, None)) is not None
+        ]
+        return " ".join([name, *facts])
+    text = f"{name} k={layer.kernel} s={layer.stride} d={layer.dilation} pads={_pads_text(layer)}"
+    if layer.kind != "conv" and layer.ceil_mode:
+        text += " ceil_mode"
+    if layer.kind == "avg":
+        text += f" count_include_pad={layer.count_include_pad}"
+    return text
+
+
+def _replace(root: nn.Module, paths: Sequence[str], new: nn.Module) -> None:
+    """Put ``new`` at every path (a module shared by several paths stays shared)."""
+    for path in paths:
+        if path == "":
+            raise SurgeryError("surgery cannot replace the root module itself")
+        root.set_submodule(path, new, strict=True)
+
+
+def _paths_by_id(root: nn.Module) -> dict[int, list[str]]:
+    paths: dict[int, list[str]] = {}
+    for path, m in root.named_modules(remove_duplicate=False):
+        paths.setdefault(id(m), []).append(path)
+    return paths
+
+
+def _check_model(model: Any, fname: str) -> nn.Module:
+    if not isinstance(model, nn.Module):
+        raise TypeError(
+            f"{fname}(): model must be a torch.nn.Module, got {type(model).__name__} ({model!r})"
+        )
+    return model
+
+
+def _check_bool(value: Any, name: str, fname: str) -> bool:
+    if not isinstance(value, bool):
+        raise TypeError(
+            f"{fname}(): {name} must be True or False, got {type(value).__name__} ({value!r})"
+        )
+    return value

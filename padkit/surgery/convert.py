@@ -1,0 +1,575 @@
+"""surgery.convert: exact padkit replacements and padding-convention ports."""
+
+from __future__ import annotations
+
+import copy
+import math
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from ..spec import (
+    Padding,
+    PaddingError,
+    _tuple_of,
+    conv_output_size,
+    pool_output_size,
+)
+from ._common import (
+    _CONV,
+    _SAME_RULES,
+    PORT_TARGETS,
+    Change,
+    Skip,
+    SurgeryError,
+    SurgeryReport,
+    _brief,
+    _build,
+    _check_bool,
+    _check_model,
+    _Layer,
+    _layer,
+    _layer_kind,
+    _pads_text,
+    _paths_by_id,
+    _replace,
+    _timm_same_convs,
+    _timm_same_pools,
+)
+
+# ----------------------------------------------------------------------------- convert: exact
+
+
+def _exact_replacement(module: nn.Module) -> tuple[_Layer, str] | None:
+    """The padkit layer that computes what a padding-on-every-forward layer computes."""
+    m: Any = module
+    t = type(module)
+    if t in _timm_same_convs():
+        layer = _Layer(
+            "conv",
+            2,
+            _tuple_of(m.kernel_size, 2, "kernel_size"),
+            _tuple_of(m.stride, 2, "stride"),
+            _tuple_of(m.dilation, 2, "dilation"),
+            Padding.parse("same", 2),
+            padding_mode="zeros",
+        )
+        note = "TF SAME resolved per input size, as timm pads on every forward"
+        if t.__name__ == "Conv2dSameExport":
+            note += " (timm's export variant caches its first input size's pad; padkit does not)"
+        return layer, note
+    if t in _timm_same_pools():
+        k = _tuple_of(m.kernel_size, 2, "kernel_size")
+        s = k if m.stride is None else _tuple_of(m.stride, 2, "stride")
+        if t.__name__ == "MaxPool2dSame":
+            layer = _Layer(
+                "max",
+                2,
+                k,
+                s,
+                _tuple_of(m.dilation, 2, "dilation"),
+                Padding.parse("same", 2),
+                ceil_mode=bool(m.ceil_mode),
+            )
+            return layer, "TF SAME; timm pads with -inf, padkit's pads never win"
+        layer = _Layer(
+            "avg",
+            2,
+            k,
+            s,
+            (1, 1),
+            Padding.parse("same", 2),
+            ceil_mode=bool(m.ceil_mode),
+            count_include_pad=True,
+        )
+        return layer, (
+            "TF SAME with the pad counted, as timm computes it whatever its count_include_pad "
+            f"({m.count_include_pad}) says (TF/Keras exclude it: conventions T8)"
+        )
+    found = _layer_kind(module)
+    if found is not None and found[0] == "conv" and t in _CONV and m.padding == "same":
+        conv = _layer(module)
+        if conv is not None:
+            return conv, "torch's 'same' (static split, odd pixel at the end) without the copy"
+    return None
+
+
+_PAD_MODULES: dict[type, tuple[int, str]] = {
+    nn.ZeroPad1d: (1, "constant"),
+    nn.ZeroPad2d: (2, "constant"),
+    nn.ZeroPad3d: (3, "constant"),
+    nn.ConstantPad1d: (1, "constant"),
+    nn.ConstantPad2d: (2, "constant"),
+    nn.ConstantPad3d: (3, "constant"),
+    nn.ReflectionPad1d: (1, "reflect"),
+    nn.ReflectionPad2d: (2, "reflect"),
+    nn.ReflectionPad3d: (3, "reflect"),
+    nn.ReplicationPad1d: (1, "replicate"),
+    nn.ReplicationPad2d: (2, "replicate"),
+    nn.ReplicationPad3d: (3, "replicate"),
+    nn.CircularPad1d: (1, "circular"),
+    nn.CircularPad2d: (2, "circular"),
+    nn.CircularPad3d: (3, "circular"),
+}
+
+
+def _fold(pad: nn.Module, target: nn.Module) -> tuple[_Layer | None, str]:
+    """The padkit layer equal to ``target(pad(x))``, or None and the reason it is not exact."""
+    nd, mode = _PAD_MODULES[type(pad)]
+    p: Any = pad
+    value = float(getattr(p, "value", 0.0))
+    if isinstance(target, (nn.ConvTranspose1d, nn.ConvTranspose2d, nn.ConvTranspose3d)):
+        return None, "padding a transposed conv's input is not a crop of its output"
+    layer = _layer(target)
+    if layer is None:
+        return None, f"{type(target).__name__} is not a torch or padkit conv/pool"
+    if layer.nd != nd:
+        return None, f"a {nd}-d pad before a {layer.nd}-d {type(target).__name__}"
+    own = layer.static_pairs()
+    if own is None:
+        return None, f"its padding {layer.padding.describe()} depends on the input size"
+    pads = Padding.from_torch_pad(p.padding, allow_negative=True)
+    added = tuple(a for a in pads.axes if isinstance(a, tuple))
+    if any(min(a) < 0 for a in added):
+        return None, f"the pad {tuple(p.padding)} crops (negative pads)"
+    total = tuple((a[0] + b[0], a[1] + b[1]) for a, b in zip(added, own))
+    has_own = any(v != 0 for pair in own for v in pair)
+    if mode != "constant":
+        if layer.kind != "conv":
+            return None, f"{mode} padding before a pool has no padkit pool equivalent"
+        if has_own:
+            return None, f"{mode} padding followed by the conv's own padding {own}"
+        return replace(layer, padding=Padding.parse(total), padding_mode=mode), mode
+    if layer.kind == "conv":
+        if value != 0.0:
+            return None, f"constant value {value} (a conv pads with zeros)"
+        if has_own and layer.padding_mode != "zeros":
+            return None, f"the conv pads again with padding_mode={layer.padding_mode!r}"
+        return replace(layer, padding=Padding.parse(total), padding_mode="zeros"), "zeros"
+    if layer.ceil_mode:
+        return None, "ceil_mode on the explicitly padded input drops windows differently"
+    if layer.kind == "max":
+        if value != -math.inf:
+            return None, (
+                f"a max pool after padding with {value} is exact only if no input is below "
+                f"{value}; padkit's max pools pad with -inf"
+            )
+        if layer.return_indices:
+            return None, "return_indices refer to the padded input"
+        return replace(layer, padding=Padding.parse(total)), "-inf"
+    if value != 0.0:
+        return None, f"constant value {value} (padkit's {layer.kind} pools pad with zeros)"
+    if layer.kind == "avg" and has_own and not layer.count_include_pad:
+        return None, "the pool excludes its own pad but counts the explicit zeros"
+    return replace(layer, padding=Padding.parse(total), count_include_pad=True), "zeros"
+
+
+# ----------------------------------------------------------------------------- convert: ports
+
+
+def _style(layer: _Layer) -> list[str]:
+    """Per axis: 'same' (same-style: a same-family rule, or torch/timm 'same'-ish symmetric
+    pads), 'valid' (no pad, kernel > 1), 'none' (1-wide kernel, no pad) or 'other'."""
+    styles = []
+    for rule, k, s, d in zip(layer.padding.axes, layer.kernel, layer.stride, layer.dilation):
+        k_eff = d * (k - 1) + 1
+        if isinstance(rule, str):
+            styles.append(
+                "same" if rule in _SAME_RULES else ("valid" if rule == "valid" else "other")
+            )
+            continue
+        lo, hi = rule
+        if lo == hi == 0:
+            styles.append("none" if k_eff == 1 else "valid")
+        elif lo == hi and lo in (d * (k - 1) // 2, ((s - 1) + d * (k - 1)) // 2):
+            styles.append("same")
+        else:
+            styles.append("other")
+    return styles
+
+
+def _ported(layer: _Layer, target: str, cip: bool | None) -> _Layer:
+    styles = _style(layer)
+    axes: list[Any] = []
+    for style, rule, k, s, d in zip(
+        styles, layer.padding.axes, layer.kernel, layer.stride, layer.dilation
+    ):
+        if style != "same":
+            axes.append(rule)
+        elif target == "symmetric":
+            if isinstance(rule, str):
+                p = ((s - 1) + d * (k - 1)) // 2
+                axes.append((p, p))
+            else:
+                axes.append(rule)
+        else:
+            axes.append(target)
+    new = replace(layer, padding=Padding(tuple(axes)))
+    if target != "symmetric" and "same" in styles and layer.kind != "conv":
+        new = replace(new, ceil_mode=False)  # TF/ONNX SAME has no ceil rounding
+    if cip is not None and layer.kind == "avg":
+        new = replace(new, count_include_pad=cip)
+    return new
+
+
+def _axis_key(layer: _Layer, axis: int, n: int, lo: int, hi: int) -> tuple[int, ...] | None:
+    """What determines one axis's numbers: the first window's offset, the window count and,
+    for averages, the pad cells counted. None where the layer cannot run at this size."""
+    k, s, d = layer.kernel[axis], layer.stride[axis], layer.dilation[axis]
+    k_eff = d * (k - 1) + 1
+    if n + lo + hi < k_eff:
+        return None
+    if layer.kind == "conv":
+        out = conv_output_size(n, k, s, d, lo, hi)
+    else:
+        out = pool_output_size(n, k, s, d, lo, hi, layer.ceil_mode)
+    if out < 1:
+        return None
+    if layer.kind != "avg" or layer.divisor_override is not None:
+        return (lo, out)
+    reach = (out - 1) * s + k_eff - lo - n  # cells past the end the last window covers
+    if not layer.count_include_pad:
+        return (lo, out, 0, 0)
+    return (lo, out, lo, min(max(reach, 0), hi))
+
+
+def _axis_pairs(layer: _Layer, axis: int, n: int) -> tuple[int, int] | None:
+    rule = layer.padding.axes[axis]
+    try:
+        return Padding((rule,)).resolve(
+            layer.kernel[axis], layer.stride[axis], layer.dilation[axis], n
+        )[0]
+    except PaddingError:
+        return None
+
+
+def _differs_at(old: _Layer, new: _Layer, axis: int, n: int) -> bool | None:
+    a, b = _axis_pairs(old, axis, n), _axis_pairs(new, axis, n)
+    if a is None or b is None:
+        return None
+    ka, kb = _axis_key(old, axis, n, *a), _axis_key(new, axis, n, *b)
+    if ka is None or kb is None:
+        return None
+    return ka != kb
+
+
+def _axis_change(old: _Layer, new: _Layer, axis: int, n: int) -> str:
+    """``'pads (1, 1) -> (0, 1)'`` (and what else differs) for one axis at size ``n``."""
+    a, b = _axis_pairs(old, axis, n), _axis_pairs(new, axis, n)
+    text = f"pads {a} -> {b}"
+    if old.kind == "avg" and old.count_include_pad != new.count_include_pad:
+        text += f", count_include_pad {old.count_include_pad} -> {new.count_include_pad}"
+    ka = _axis_key(old, axis, n, *a) if a else None
+    kb = _axis_key(new, axis, n, *b) if b else None
+    if ka and kb and ka[1] != kb[1]:
+        text += f", output size {ka[1]} -> {kb[1]}"
+    return text
+
+
+def _port_detail(old: _Layer, new: _Layer) -> tuple[bool, str]:
+    """Whether the numbers change for some input size, and where, in words."""
+    parts: list[str] = []
+    for axis in range(old.nd):
+        s = old.stride[axis]
+        k_eff = old.dilation[axis] * (old.kernel[axis] - 1) + 1
+        diffs = [n for n in range(1, 2 * (k_eff + 2 * s)) if _differs_at(old, new, axis, n)]
+        if not diffs:
+            parts.append("")
+            continue
+        large = [n for n in diffs if n >= k_eff + s]
+        example = (large or diffs)[-1]
+        residues = sorted({n % s for n in large})
+        if large and len(residues) == s:
+            where = "at every size"
+        elif large and s == 2:
+            where = "at even sizes" if residues == [0] else "at odd sizes"
+        elif large:
+            where = f"at sizes n with n % {s} in {residues}"
+        else:
+            where = f"at sizes {diffs}"
+        parts.append(f"{where} (e.g. n={example}: {_axis_change(old, new, axis, example)})")
+    if not any(parts):
+        return False, ""
+    if len(set(parts)) == 1:
+        return True, f"every axis: {parts[0]}"
+    return True, "; ".join(f"axis {i}: {p}" for i, p in enumerate(parts) if p)
+
+
+def _trace_shapes(
+    model: nn.Module, paths: Sequence[str] | set[str], input_shape: Sequence[int]
+) -> dict[str, tuple[tuple[int, ...], tuple[int, ...] | None]]:
+    """The (input shape, output shape) each of ``paths`` first sees in one forward of zeros.
+
+    The model runs once in eval mode under ``no_grad`` and its training flags are restored;
+    the output shape is None where the module returns no tensor.
+    """
+    seen: dict[str, tuple[tuple[int, ...], tuple[int, ...] | None]] = {}
+    handles = []
+    modules = dict(model.named_modules(remove_duplicate=False))
+    for path in paths:
+
+        def hook(_m: nn.Module, args: tuple[Any, ...], out: Any, path: str = path) -> None:
+            if path in seen or not args or not isinstance(args[0], Tensor):
+                return
+            y = out[0] if isinstance(out, (tuple, list)) else out
+            seen[path] = (tuple(args[0].shape), tuple(y.shape) if isinstance(y, Tensor) else None)
+
+        handles.append(modules[path].register_forward_hook(hook))
+    modes = {m: m.training for m in model.modules()}
+    param = next(iter(model.parameters()), None)
+    try:
+        model.eval()
+        x = torch.zeros(
+            tuple(input_shape),
+            dtype=param.dtype if param is not None else torch.float32,
+            device=param.device if param is not None else None,
+        )
+        with torch.no_grad():
+            model(x)
+    finally:
+        for h in handles:
+            h.remove()
+        for m, mode in modes.items():
+            m.training = mode
+    return seen
+
+
+# ----------------------------------------------------------------------------- convert
+
+
+def convert(
+    model: nn.Module,
+    padding: str | None = None,
+    *,
+    count_include_pad: bool | None = None,
+    input_shape: Sequence[int] | None = None,
+    inplace: bool = False,
+) -> tuple[nn.Module, SurgeryReport]:
+    """Replace padding-on-every-forward layers by exact padkit layers; optionally port the
+    model's padding convention.
+
+    Always (exact, same weights, same numbers):
+
+    - timm ``Conv2dSame``/``Conv2dSameExport`` -> ``padkit.nn.Conv2d(padding="same")``;
+      ``MaxPool2dSame`` -> ``padkit.nn.MaxPool2d(padding="same")``; ``AvgPool2dSame`` ->
+      ``padkit.nn.AvgPool2d(padding="same", count_include_pad=True)`` (timm counts its
+      pad whatever ``count_include_pad`` says);
+    - torch convs with ``padding='same'`` -> padkit convs with ``"same_static"``;
+    - an ``nn.ZeroPad*d``/``ConstantPad*d`` (or reflection/replication/circular pad)
+      directly followed by a conv or pool in an ``nn.Sequential`` is folded into that
+      layer's padding where the result is exact (the pad module becomes ``nn.Identity``);
+      the other cases are reported as skipped.
+
+    With ``padding=`` one of :data:`PORT_TARGETS`, every conv and pool whose padding is
+    same-style (a same-family rule, or symmetric ``d*(k-1)//2`` or timm's
+    ``((s-1) + d*(k-1))//2``) is switched to that rule, or with ``"symmetric"`` back to
+    timm's PyTorch-style symmetric pads. Layers whose numbers change for some input size
+    are replaced and reported with ``numbers_change=True``; ``valid`` and 1-wide layers are
+    left alone. ``count_include_pad`` (if given) is set on every ported average pool.
+
+    Args:
+        model: any ``nn.Module``.
+        padding: None (exact replacements only) or one of :data:`PORT_TARGETS`.
+        count_include_pad: for ports: the divisor rule of the ported average pools
+            (TF/Keras: False).
+        input_shape: a full input shape; the report then also says, per ported layer,
+            whether its numbers differ at the size it sees for that input.
+        inplace: modify ``model`` itself instead of a deep copy.
+
+    Returns:
+        ``(model, report)``.
+
+    Example:
+        >>> net = torch.nn.Sequential(torch.nn.ZeroPad2d((0, 1, 0, 1)),
+        ...                           torch.nn.Conv2d(3, 8, 3, stride=2))
+        >>> new, report = convert(net)
+        >>> report.paths
+        ['0', '1']
+        >>> new[1].resolved_padding()
+        ((0, 1), (0, 1))
+        >>> x = torch.randn(1, 3, 8, 8)
+        >>> torch.allclose(new(x), net(x))
+        True
+        >>> torch_style = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, stride=2, padding=1))
+        >>> tf, report = convert(torch_style, padding="same")
+        >>> report.numbers_changed
+        ['0']
+    """
+    _check_model(model, "convert")
+    _check_bool(inplace, "inplace", "convert")
+    if padding is not None and (
+        not isinstance(padding, str) or padding.lower() not in PORT_TARGETS
+    ):
+        kind = TypeError if not isinstance(padding, str) else SurgeryError
+        raise kind(
+            f"convert(): padding must be None (exact replacements only) or one of "
+            f"{', '.join(repr(t) for t in PORT_TARGETS)}, got {padding!r}"
+        )
+    target = padding.lower() if isinstance(padding, str) else None
+    if count_include_pad is not None:
+        _check_bool(count_include_pad, "count_include_pad", "convert")
+        if target is None:
+            raise SurgeryError(
+                "convert(): count_include_pad is for convention ports; pass padding= too "
+                f"(one of {', '.join(repr(t) for t in PORT_TARGETS)})"
+            )
+    if input_shape is not None:
+        if target is None:
+            raise SurgeryError("convert(): input_shape is for convention ports; pass padding=")
+        shape: Any = input_shape
+        if not isinstance(shape, Sequence) or isinstance(shape, str):
+            raise TypeError(
+                "convert(): input_shape must be a full input shape (a tuple of ints such as "
+                f"(1, 3, 224, 224)), got {type(input_shape).__name__} ({input_shape!r})"
+            )
+        input_shape = _tuple_of(input_shape, len(input_shape), "input_shape")
+    out = model if inplace else copy.deepcopy(model)
+    report = SurgeryReport("convert")
+
+    # 1. layers that pad on every forward -> padkit layers, exactly
+    done: set[int] = set()
+    by_id = _paths_by_id(out)
+    for path, module in list(out.named_modules()):
+        found = _exact_replacement(module)
+        if found is None or id(module) in done:
+            if _is_dynamic_cond_conv(module):
+                report.skipped.append(
+                    Skip(path, "CondConv2d pads dynamically inside its own forward; not replaced")
+                )
+            continue
+        layer, note = found
+        new = _build(layer, module)
+        _replace(out, by_id[id(module)], new)
+        done.add(id(new))
+        report.changes.append(Change(path, _brief(module), _brief(new), ("class",), False, note))
+
+    # 2. explicit pad modules folded into the next conv/pool of an nn.Sequential
+    by_id = _paths_by_id(out)
+    in_sequence: set[int] = set()
+    for path, seq in list(out.named_modules()):
+        if type(seq) is not nn.Sequential:
+            continue
+        names = list(seq._modules)
+        for i, name in enumerate(names):
+            pad = seq._modules[name]
+            if pad is None or type(pad) not in _PAD_MODULES:
+                continue
+            in_sequence.add(id(pad))
+            pad_path = f"{path}.{name}" if path else name
+            if i + 1 == len(names) or seq._modules[names[i + 1]] is None:
+                report.skipped.append(
+                    Skip(pad_path, "last in its nn.Sequential: nothing to fold into")
+                )
+                continue
+            nxt = seq._modules[names[i + 1]]
+            nxt_path = f"{path}.{names[i + 1]}" if path else names[i + 1]
+            if _layer(nxt) is None and not isinstance(
+                nxt, (nn.ConvTranspose1d, nn.ConvTranspose2d, nn.ConvTranspose3d)
+            ):
+                continue  # not a conv or pool: not a candidate
+            if len(by_id[id(nxt)]) > 1 or len(by_id[id(pad)]) > 1:
+                report.skipped.append(Skip(pad_path, "the pad or the next layer is shared"))
+                continue
+            folded, why = _fold(pad, nxt)
+            if folded is None:
+                report.skipped.append(Skip(pad_path, f"not folded into {nxt_path}: {why}"))
+                continue
+            new = _build(folded, nxt)
+            before = _brief(nxt)
+            _replace(out, [nxt_path], new)
+            _replace(out, [pad_path], nn.Identity())
+            report.changes.append(
+                Change(
+                    pad_path, repr(pad), "Identity", ("folded",), False, f"folded into {nxt_path}"
+                )
+            )
+            report.changes.append(
+                Change(
+                    nxt_path,
+                    before,
+                    _brief(new),
+                    ("padding",),
+                    False,
+                    f"takes the {why} pad of {pad_path}",
+                )
+            )
+    for path, module in out.named_modules():
+        if type(module) in _PAD_MODULES and id(module) not in in_sequence:
+            report.skipped.append(
+                Skip(path, "not inside an nn.Sequential: what it feeds is unknown, not folded")
+            )
+
+    # 3. convention port
+    if target is not None:
+        _port(out, target, count_include_pad, input_shape, report)
+    return out, report
+
+
+def _is_dynamic_cond_conv(module: nn.Module) -> bool:
+    return type(module).__name__ == "CondConv2d" and bool(getattr(module, "dynamic_padding", False))
+
+
+def _port(
+    out: nn.Module,
+    target: str,
+    cip: bool | None,
+    input_shape: Sequence[int] | None,
+    report: SurgeryReport,
+) -> None:
+    by_id = _paths_by_id(out)
+    plans: list[tuple[str, nn.Module, _Layer, _Layer, str]] = []
+    seen: set[int] = set()
+    for path, module in out.named_modules():
+        layer = _layer(module)
+        if layer is None or id(module) in seen:
+            continue
+        seen.add(id(module))
+        if layer.padding.ceil_mode:
+            report.skipped.append(
+                Skip(path, "Caffe ceil rounding: not a same/symmetric convention")
+            )
+            continue
+        styles = _style(layer)
+        if "other" in styles:
+            report.skipped.append(
+                Skip(path, f"padding {_pads_text(layer)} is neither same-style nor valid; kept")
+            )
+            continue
+        new = _ported(layer, target, cip)
+        changed, detail = _port_detail(layer, new)
+        if not changed:
+            continue
+        plans.append((path, module, layer, new, detail))
+    shapes: dict[str, Any] = {}
+    if input_shape is not None:
+        shapes = _trace_shapes(out, {p for p, *_ in plans}, input_shape)
+    for path, module, layer, new_layer, detail in plans:
+        at: bool | None = None
+        if input_shape is not None:
+            traced = shapes.get(path)
+            if traced is None:
+                at = None
+            else:
+                spatial = tuple(traced[0][-layer.nd :])
+                at = any(_differs_at(layer, new_layer, i, n) for i, n in enumerate(spatial))
+                sees = ", ".join(
+                    f"axis {i} n={n}: {_axis_change(layer, new_layer, i, n)}"
+                    for i, n in enumerate(spatial)
+                )
+                detail += f". At input {tuple(input_shape)} it sees {spatial}: {sees}"
+        built = _build(new_layer, module)
+        _replace(out, by_id[id(module)], built)
+        what = (
+            ("padding",)
+            if layer.count_include_pad == new_layer.count_include_pad
+            else (
+                "padding",
+                "count_include_pad",
+            )
+        )
+        report.changes.append(
+            Change(path, _brief(module, layer), _brief(built, new_layer), what, True, detail, at)
+        )
