@@ -39,6 +39,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from .op import check_output_padding, check_padding_mode
 from .spec import Padding, PaddingError, _tuple_of, pool_output_size
 
 __all__ = ["avg_pool", "conv", "conv_transpose", "exporting", "lp_pool", "max_pool"]
@@ -790,7 +791,7 @@ def conv(
     x, unbatched = _batched(fname, input, nd)
     spec = _spec(padding, nd, fname)
     try:
-        modes = PF.check_padding_mode(padding_mode, nd)
+        modes = check_padding_mode(padding_mode, nd)
     except PaddingError as err:
         raise PaddingError(f"{fname}(): {err}") from None
     op = _Op(
@@ -834,7 +835,7 @@ def conv_transpose(
     s = _tuple_of(stride, nd, "stride")
     d = _tuple_of(dilation, nd, "dilation")
     opad = _tuple_of(output_padding, nd, "output_padding", minimum=0)
-    PF.check_output_padding(opad, s, d)
+    check_output_padding(opad, s, d)
     sizes = _shape(x)[2:]
     if any(spec.needs_input_size(s) and not _is_static(n) for n in sizes) and spec.ceil_mode:
         raise PaddingError(

@@ -19,6 +19,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from . import _export
+from .op import PADDING_MODES, check_output_padding, check_padding_mode
 from .plan import Plan, plan_conv, plan_pool
 from .spec import (
     Padding,
@@ -49,8 +50,6 @@ __all__ = [
     "pad",
 ]
 
-#: Conv ``padding_mode`` values, as torch names them.
-PADDING_MODES: tuple[str, ...] = ("zeros", "reflect", "replicate", "circular")
 #: ``pad`` modes: torch names first, then the ONNX/numpy aliases.
 PAD_MODES: tuple[str, ...] = (
     "constant",
@@ -77,33 +76,6 @@ Pairs = tuple[tuple[int, int], ...]
 # ----------------------------------------------------------------------------- validation
 
 
-def check_padding_mode(
-    padding_mode: Any, nd: int | None = None, *, name: str = "padding_mode"
-) -> str | tuple[str, ...]:
-    """Validate a conv ``padding_mode``: one of :data:`PADDING_MODES`, or one per spatial axis
-    (e.g. ``("replicate", "zeros", "zeros")`` to repeat the first frame of a causal video
-    conv while padding space with zeros). Returns it."""
-    if isinstance(padding_mode, (tuple, list)):
-        modes = tuple(padding_mode)
-        if nd is not None and len(modes) != nd:
-            raise PaddingError(
-                f"{name} must be one of {PADDING_MODES} or a tuple of {nd} of them (one per "
-                f"spatial axis), got {padding_mode!r}"
-            )
-        for m in modes:
-            if not isinstance(m, str) or m not in PADDING_MODES:
-                raise PaddingError(
-                    f"{name} entries must be one of {PADDING_MODES}, got {m!r} in {padding_mode!r}"
-                )
-        return modes[0] if len(set(modes)) == 1 and nd is None else modes
-    if not isinstance(padding_mode, str) or padding_mode not in PADDING_MODES:
-        raise PaddingError(
-            f"{name} must be one of {PADDING_MODES} (or a tuple of them, one per spatial axis), "
-            f"got {padding_mode!r}"
-        )
-    return padding_mode
-
-
 def _pad_mode(mode: Any) -> str:
     if not isinstance(mode, str) or mode.lower() not in _PAD_MODE_CANON:
         raise PaddingError(f"mode must be one of {PAD_MODES}, got {mode!r}")
@@ -126,6 +98,10 @@ def _check_input(fname: str, input: Any, nd: int) -> tuple[Tensor, bool]:
 
 def _check_spatial(fname: str, x: Tensor, nd: int) -> tuple[int, ...]:
     sizes = tuple(x.shape[2:])
+    if torch._C._get_tracing_state() and not _export.exporting():
+        # torch.jit.trace records sizes as tensors; a traced graph is specialised to the
+        # example's shape (torch warns where a size is read), as for any size-dependent Python
+        sizes = tuple(int(n) for n in sizes)
     for i, n in enumerate(sizes):
         if n == 0:
             raise PaddingError(
@@ -593,16 +569,6 @@ def _conv_transpose(
         op = _output_padding_for(fname, output_size, sizes, k, s, d, crops)
     out = _conv_transpose_crops(nd, x, weight, bias, s, crops, op, d, groups, fname)
     return out.squeeze(0) if unbatched else out
-
-
-def check_output_padding(op: Sequence[int], s: Sequence[int], d: Sequence[int]) -> None:
-    """torch's rule: ``output_padding`` < max(stride, dilation) per axis."""
-    for i, (o, ss, dd) in enumerate(zip(op, s, d)):
-        if o >= max(ss, dd):
-            raise PaddingError(
-                f"output_padding[{i}]={o} must be smaller than stride ({ss}) or dilation ({dd}); "
-                f"got output_padding={tuple(op)!r}"
-            )
 
 
 def _output_padding_for(
@@ -1485,3 +1451,27 @@ def lp_pool3d(
     return _lp_pool(
         "lp_pool3d", 3, input, norm_type, kernel_size, stride, ceil_mode, padding, dilation
     )
+
+
+# torch.fx: a traced model records each of these as one call (its padding is resolved when the
+# graph runs, from the actual input size), instead of tracing into padkit's Python
+for _name in (
+    "conv1d",
+    "conv2d",
+    "conv3d",
+    "conv_transpose1d",
+    "conv_transpose2d",
+    "conv_transpose3d",
+    "max_pool1d",
+    "max_pool2d",
+    "max_pool3d",
+    "avg_pool1d",
+    "avg_pool2d",
+    "avg_pool3d",
+    "lp_pool1d",
+    "lp_pool2d",
+    "lp_pool3d",
+    "pad",
+):
+    torch.fx.wrap(_name)
+del _name

@@ -18,8 +18,9 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from . import functional as PF
+from .op import Op
 from .plan import Plan, plan_conv, plan_pool
-from .spec import Padding, PaddingError, PaddingLike, _tuple_of
+from .spec import Padding, PaddingError, PaddingLike, _as_int
 
 __all__ = [
     "AvgPool1d",
@@ -47,48 +48,23 @@ def _spec(padding: PaddingLike, nd: int, cls: str) -> Padding:
         raise type(err)(f"{cls}: {err}") from None
 
 
-def _torch_form(spec: Padding, static: tuple[tuple[int, int], ...] | None) -> Any:
-    """What ``.padding`` shows: torch's symmetric tuple where one exists, else the spec."""
-    if static is not None and all(lo == hi for lo, hi in static) and not spec.ceil_mode:
-        return tuple(lo for lo, _ in static)
-    return spec
+def _hashable(value: Any) -> Any:
+    """A list argument (JSON configs give lists) as a tuple, for the per-shape memo key."""
+    return tuple(value) if type(value) is list else value
 
 
-def _static_pairs(
-    spec: Padding, k: tuple[int, ...], s: tuple[int, ...], d: tuple[int, ...]
-) -> tuple[tuple[int, int], ...] | None:
-    if spec.needs_input_size(s):
-        return None
-    return spec.resolve(k, s, d)
-
-
-def _check_sizes(
-    cls: str, nd: int, kernel_size: Any, stride: Any, dilation: Any
-) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
-    try:
-        k = _tuple_of(kernel_size, nd, "kernel_size")
-        s = _tuple_of(stride, nd, "stride")
-        d = _tuple_of(dilation, nd, "dilation")
-    except (PaddingError, TypeError) as err:
-        raise type(err)(f"{cls}: {err}") from None
-    return k, s, d
-
-
-def _check_groups(cls: str, in_channels: Any, out_channels: Any, groups: Any) -> None:
+def _check_channels(cls: str, in_channels: Any, out_channels: Any, groups: int) -> None:
     """torch's channel/group rules, with the values in the message."""
-    from .spec import _as_int
-
     try:
-        g = _as_int(groups, "groups")
         cin = _as_int(in_channels, "in_channels")
         cout = _as_int(out_channels, "out_channels")
     except TypeError as err:
         raise TypeError(f"{cls}: {err}") from None
-    if g < 1:
-        raise PaddingError(f"{cls}: groups must be a positive int, got groups={groups!r}")
     for name, value in (("in_channels", cin), ("out_channels", cout)):
-        if value < 1 or value % g:
-            raise PaddingError(f"{cls}: {name}={value} must be a positive multiple of groups={g}")
+        if value < 1 or value % groups:
+            raise ValueError(
+                f"{cls}: {name}={value} must be a positive multiple of groups={groups}"
+            )
 
 
 def _padding_repr(spec: Padding) -> str:
@@ -101,6 +77,21 @@ def _padding_repr(spec: Padding) -> str:
     )
 
 
+def _is_proxy(value: Any) -> bool:
+    """An input traced by torch.fx: layers then call padkit.functional (fx-wrapped)."""
+    return isinstance(value, torch.fx.Proxy)
+
+
+def _fx_padding(spec: Padding, cls: str) -> Any:
+    """The spec as plain values that torch.fx can write into generated code."""
+    if spec.ceil_mode:
+        raise PaddingError(
+            f"{cls}: torch.fx cannot carry Caffe ceil-rounded padding ({spec.describe()}) into "
+            "generated code; trace the model with torch.jit.trace, torch.export or torch.compile"
+        )
+    return tuple(spec.axes)
+
+
 # ----------------------------------------------------------------------------- fast path
 #
 # A layer called again with an input of the same shape runs exactly what its first call
@@ -108,7 +99,7 @@ def _padding_repr(spec: Padding) -> str:
 # every check) stores a closure per key, later calls look it up. Tracing (torch.compile,
 # torch.export, the ONNX exporters, torch.jit) always takes the full path.
 
-_FastFn = Callable[[Any, Tensor], Any]
+_FastFn = Callable[..., Any]
 
 
 def _tracing() -> bool:
@@ -133,6 +124,42 @@ class _Memo:
         state = dict(self.__dict__)
         state.pop("_padkit_fast", None)
         return state
+
+
+class _Live(_Memo):
+    """``.padding`` read and written as on the torch layer, kept as one canonical spec.
+
+    The spec (``pad_spec``) is the only stored copy; what ``.padding`` shows (torch's
+    symmetric tuple where one exists, else the spec) is derived from it and the layer's
+    live ``kernel_size``/``stride``/``dilation``, and assigning ``.padding`` (any padkit
+    form, torch ints and tuples included) re-parses it. The checked-op record is built
+    from the live attributes whenever the layer meets a new input shape or arguments.
+    """
+
+    pad_spec: Padding
+    _nd: int
+
+    def _op(self) -> Op:
+        raise NotImplementedError  # each layer family builds its record
+
+    @property
+    def padding(self) -> Any:
+        spec = self.__dict__.get("pad_spec")
+        if spec is None:  # inside the torch base class's __init__
+            return (0,) * self._nd
+        try:
+            op = self._op()
+        except AttributeError:  # inside the torch base class's __init__
+            return (0,) * self._nd
+        except (PaddingError, TypeError, ValueError):
+            return spec
+        if op.kind == "conv_transpose" and not spec.is_explicit:
+            return spec
+        return op.torch_padding()
+
+    @padding.setter
+    def padding(self, value: PaddingLike) -> None:
+        self.pad_spec = _spec(value, self._nd, type(self).__name__)
 
 
 def _fast_cache(module: Any) -> _FastCache:
@@ -166,25 +193,70 @@ def _conv_fast(layer: Any, x: Tensor) -> _FastFn | None:
     nd = layer._nd
     if x.dim() != nd + 2 or layer.padding_mode != "zeros":
         return None
+    op = layer._op()
     plan = layer.plan(tuple(x.shape))
     conv = PF._CONV[nd]
-    s, d, g = tuple(layer.stride), tuple(layer.dilation), layer.groups
+    s, d, g = op.stride, op.dilation, op.groups
     extend = (
         _PaddedWeight(PF._torch_pad(plan.kernel_ext)) if plan.strategy == "zero_extend" else None
     )
-    # the closure takes the layer as an argument: replicas (DataParallel) share the memo
-    return lambda m, x: PF.run_conv_plan(plan, conv, x, m.weight, m.bias, s, d, g, extend=extend)
+    # the closure takes the weight and bias as arguments: replicas (DataParallel) and
+    # _conv_forward callers (weight norm, fake-quant wrappers) share the memo
+    return lambda x, w, b: PF.run_conv_plan(plan, conv, x, w, b, s, d, g, extend=extend)
+
+
+# ----------------------------------------------------------------------------- TorchScript
+
+
+def _script_refusal(layer: Any, op: Op) -> str | None:
+    """Why the plain torch layer would not compute what ``layer`` computes, or None."""
+    static = op.static_pairs()
+    if static is None:
+        return f"its padding {op.padding.describe()} depends on the input size"
+    if any(lo != hi for lo, hi in static):
+        return f"its pads {static} differ per side, which torch's layer cannot express"
+    if isinstance(op.padding_mode, tuple):
+        return f"its padding_mode {op.padding_mode} differs per axis"
+    if op.kind == "max" and any(2 * lo > k for (lo, _), k in zip(static, op.kernel)):
+        return f"its pads {static} exceed half the kernel {op.kernel}, which torch refuses"
+    if op.kind == "avg" and op.dilation != (1,) * op.nd:
+        return f"it is a dilated average pool (dilation={op.dilation}), which torch lacks"
+    if op.kind == "lp" and (any(lo for lo, _ in static) or op.dilation != (1,) * op.nd):
+        return "torch's LPPool has no padding or dilation"
+    return None
+
+
+def _scriptable(layer: Any) -> nn.Module:
+    cls = type(layer).__name__
+    op = layer._op()
+    why = _script_refusal(layer, op)
+    if why is not None:
+        raise TypeError(
+            f"torch.jit.script cannot compile padkit.nn.{cls}: {why}, and TorchScript cannot "
+            "run padkit's Python padding. Use torch.jit.trace, torch.export or torch.compile "
+            "(or padkit's ONNX export), which run padkit exactly"
+        )
+    base: Any = next(c for c in type(layer).__mro__ if c.__module__.startswith("torch.nn.modules"))
+    plain: Any = base.__new__(base)
+    state = {k: v for k, v in layer.__dict__.items() if k not in ("pad_spec", "_padkit_fast")}
+    for key in ("_parameters", "_buffers", "_modules"):
+        state[key] = dict(state[key])
+    plain.__dict__.update(state)
+    pads = tuple(lo for lo, _ in op.static_pairs())
+    plain.padding = pads[0] if op.is_pool and len(set(pads)) == 1 else pads
+    plain.stride = op.stride
+    if op.kind in ("conv", "conv_transpose"):
+        plain._reversed_padding_repeated_twice = [p for p in reversed(pads) for _ in range(2)]
+    return plain  # type: ignore[no-any-return]
 
 
 # ----------------------------------------------------------------------------- convolution
 
 
-class _PadConv(_Memo):
+class _PadConv(_Live):
     """Shared behaviour of the padkit conv layers (mixed into the torch classes)."""
 
-    pad_spec: Padding
-    _nd: int
-    _static: tuple[tuple[int, int], ...] | None
+    _kind = "conv"
     # provided by the torch base class
     in_channels: int
     out_channels: int
@@ -197,40 +269,36 @@ class _PadConv(_Memo):
     weight: Tensor
     bias: Tensor | None
 
-    def _setup(self, padding: PaddingLike, padding_mode: Any) -> str:
-        """Validates the padding; returns the padding_mode to hand to the torch base class."""
-        cls = type(self).__name__
-        try:
-            mode = PF.check_padding_mode(padding_mode, self._nd)
-        except PaddingError as err:
-            raise PaddingError(f"{cls}: {err}") from None
-        self.pad_spec = _spec(padding, self._nd, cls)
-        return mode if isinstance(mode, str) else "zeros"
-
-    def _finish(self) -> None:
-        k = tuple(self.kernel_size)
-        s = tuple(self.stride)
-        d = tuple(self.dilation)
-        self._static = _static_pairs(self.pad_spec, k, s, d)
-        self.padding = _torch_form(self.pad_spec, self._static)
+    def _op(self) -> Op:
+        """The checked record of this layer, from its live attributes."""
+        return Op.make(
+            self._kind,
+            self._nd,
+            self.kernel_size,
+            self.stride,
+            self.pad_spec,
+            self.dilation,
+            groups=self.groups,
+            padding_mode=self.padding_mode,
+            output_padding=getattr(self, "output_padding", 0),
+            where=type(self).__name__,
+        )
 
     def resolved_padding(
         self, input_size: Sequence[int] | None = None
     ) -> tuple[tuple[int, int], ...]:
         """The ``(lo, hi)`` pads per spatial axis (``input_size`` where they depend on it)."""
-        if self._static is not None:
-            return self._static
+        op = self._op()
+        static = op.static_pairs()
+        if static is not None:
+            return static
         if input_size is None:
             raise PaddingError(
                 f"{type(self).__name__}: padding {self.pad_spec.describe()} depends on the input "
                 "size; pass input_size"
             )
         return PF.resolve(
-            self.pad_spec,
-            tuple(self.kernel_size),
-            tuple(self.stride),
-            tuple(self.dilation),
-            tuple(input_size)[-self._nd :],
+            op.padding, op.kernel, op.stride, op.dilation, tuple(input_size)[-self._nd :]
         )
 
     def plan(self, input_size: Sequence[int]) -> Plan:
@@ -241,19 +309,25 @@ class _PadConv(_Memo):
             ... # doctest: +ELLIPSIS
             Plan(op='conv', strategy='zero_extend', ...)
         """
+        op = self._op()
         sizes = tuple(int(v) for v in tuple(input_size)[-self._nd :])
         pairs = self.resolved_padding(sizes)
-        mode = self.padding_mode if isinstance(self.padding_mode, str) else "mixed"
+        mode = op.padding_mode if isinstance(op.padding_mode, str) else "mixed"
         return plan_conv(
             pairs,
-            tuple(self.kernel_size),
-            tuple(self.stride),
-            tuple(self.dilation),
+            op.kernel,
+            op.stride,
+            op.dilation,
             sizes,
-            groups=self.groups,
+            groups=op.groups,
             in_channels=self.in_channels,
             padding_mode=mode,
         )
+
+    def __prepare_scriptable__(self) -> nn.Module:
+        """torch.jit.script: the plain torch layer where it computes the same numbers (static
+        symmetric pads), else a clear refusal (TorchScript cannot run padkit's Python)."""
+        return _scriptable(self)
 
     def extra_repr(self) -> str:
         s = "{in_channels}, {out_channels}, kernel_size={kernel_size}, stride={stride}".format(
@@ -262,9 +336,9 @@ class _PadConv(_Memo):
         spec = self.pad_spec
         if not (spec.is_explicit and all(a == (0, 0) for a in spec.axes)):
             s += f", padding={_padding_repr(spec)}"
-        if self.dilation != (1,) * self._nd:
+        if tuple(self.dilation) != (1,) * self._nd:
             s += f", dilation={self.dilation}"
-        if getattr(self, "output_padding", (0,) * self._nd) != (0,) * self._nd:
+        if tuple(getattr(self, "output_padding", (0,) * self._nd)) != (0,) * self._nd:
             s += f", output_padding={self.output_padding}"
         if self.groups != 1:
             s += f", groups={self.groups}"
@@ -277,28 +351,46 @@ class _PadConv(_Memo):
 
 class _ConvMixin(_PadConv):
     def forward(self, input: Tensor) -> Tensor:
-        if _tracing():
-            return self._forward(input, self.weight, self.bias)
+        return self._conv_forward(input, self.weight, self.bias)
+
+    def _conv_forward(self, input: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
+        """torch's hook for code that supplies its own weight (weight norm, fake quantisation,
+        fused modules): padkit's padding applies here too."""
+        if _tracing() or not isinstance(input, Tensor):
+            return self._forward(input, weight, bias)
         key = (
             input.shape,
-            self.weight.shape,
-            self.stride,
-            self.dilation,
+            input.dtype,
+            weight.shape,
+            _hashable(self.stride),
+            _hashable(self.dilation),
             self.groups,
-            self.padding_mode,
+            _hashable(self.padding_mode),
             self.pad_spec,
         )
         cache = _fast_cache(self)
         fn = cache.get(key, False)
         if fn is False:
-            out = self._forward(input, self.weight, self.bias)
+            out = self._forward(input, weight, bias)
             cache.remember(key, _conv_fast(self, input))
             return out
         if fn is None:
-            return self._forward(input, self.weight, self.bias)
-        return fn(self, input)  # type: ignore[operator,no-any-return]
+            return self._forward(input, weight, bias)
+        return fn(input, weight, bias)  # type: ignore[operator,no-any-return]
 
     def _forward(self, input: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
+        if _is_proxy(input):
+            conv = (PF.conv1d, PF.conv2d, PF.conv3d)[self._nd - 1]
+            return conv(
+                input,
+                weight,
+                bias,
+                _hashable(self.stride),
+                _fx_padding(self.pad_spec, type(self).__name__),
+                _hashable(self.dilation),
+                self.groups,
+                _hashable(self.padding_mode),
+            )
         return PF._conv(
             type(self).__name__,
             self._nd,
@@ -331,9 +423,19 @@ def _conv_init(
 ) -> None:
     cls = type(self).__name__
     self._nd = nd
-    _check_sizes(cls, nd, kernel_size, stride, dilation)
-    _check_groups(cls, in_channels, out_channels, groups)
-    torch_mode = self._setup(padding, padding_mode)
+    op = Op.make(
+        "conv",
+        nd,
+        kernel_size,
+        stride,
+        padding,
+        dilation,
+        groups=groups,
+        padding_mode=padding_mode,
+        where=cls,
+    )
+    _check_channels(cls, in_channels, out_channels, op.groups)
+    torch_mode = padding_mode if isinstance(padding_mode, str) else "zeros"
     base.__init__(
         self,
         in_channels,
@@ -350,7 +452,7 @@ def _conv_init(
     )
     if not isinstance(padding_mode, str):
         self.padding_mode = tuple(padding_mode)
-    self._finish()
+    self.pad_spec = op.padding
 
 
 class Conv1d(_ConvMixin, nn.Conv1d):
@@ -502,7 +604,22 @@ class Conv3d(_ConvMixin, nn.Conv3d):
 
 
 class _ConvTransposeMixin(_PadConv):
+    _kind = "conv_transpose"
+
     def _forward_t(self, input: Tensor, output_size: Sequence[int] | None) -> Tensor:
+        if _is_proxy(input):
+            conv_t = (PF.conv_transpose1d, PF.conv_transpose2d, PF.conv_transpose3d)[self._nd - 1]
+            return conv_t(
+                input,
+                self.weight,
+                self.bias,
+                _hashable(self.stride),
+                _fx_padding(self.pad_spec, type(self).__name__),
+                _hashable(self.output_padding),
+                self.groups,
+                _hashable(self.dilation),
+                output_size=output_size,
+            )
         return PF._conv_transpose(
             type(self).__name__,
             self._nd,
@@ -547,19 +664,19 @@ def _conv_t_init(
 ) -> None:
     cls = type(self).__name__
     self._nd = nd
-    k, s, d = _check_sizes(cls, nd, kernel_size, stride, dilation)
-    _check_groups(cls, in_channels, out_channels, groups)
-    if padding_mode != "zeros":
-        raise PaddingError(
-            f"{cls}: padding_mode must be 'zeros' for a transposed conv (it crops its output "
-            f"rather than padding its input), got {padding_mode!r}"
-        )
-    self._setup(padding, padding_mode)
-    try:
-        op = _tuple_of(output_padding, nd, "output_padding", minimum=0)
-        PF.check_output_padding(op, s, d)
-    except (PaddingError, TypeError) as err:
-        raise type(err)(f"{cls}: {err}") from None
+    op = Op.make(
+        "conv_transpose",
+        nd,
+        kernel_size,
+        stride,
+        padding,
+        dilation,
+        groups=groups,
+        padding_mode=padding_mode,
+        output_padding=output_padding,
+        where=cls,
+    )
+    _check_channels(cls, in_channels, out_channels, op.groups)
     base.__init__(
         self,
         in_channels,
@@ -575,12 +692,7 @@ def _conv_t_init(
         device,
         dtype,
     )
-    self._static = None
-    self.padding = (
-        _torch_form(self.pad_spec, self.pad_spec.resolve(k, s, d))
-        if (self.pad_spec.is_explicit)
-        else self.pad_spec
-    )
+    self.pad_spec = op.padding
 
 
 class ConvTranspose1d(_ConvTransposeMixin, nn.ConvTranspose1d):
@@ -748,44 +860,49 @@ class ConvTranspose3d(_ConvTransposeMixin, nn.ConvTranspose3d):
 # ----------------------------------------------------------------------------- pooling
 
 
-class _PadPool(_Memo):
-    pad_spec: Padding
-    _nd: int
-    _static: tuple[tuple[int, int], ...] | None
+_POOL_OPS = {"max": "max_pool", "avg": "avg_pool", "lp": "lp_pool"}
+
+
+class _PadPool(_Live):
+    _kind: str
     # provided by the torch base class
     kernel_size: Any
     stride: Any
     ceil_mode: bool
 
-    def _pool_setup(
-        self, kernel_size: Any, stride: Any, padding: PaddingLike, dilation: Any
-    ) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
-        cls = type(self).__name__
-        k, _, d = _check_sizes(cls, self._nd, kernel_size, 1, dilation)
-        s = (
-            k
-            if stride is None or (isinstance(stride, Sequence) and len(stride) == 0)
-            else (_check_sizes(cls, self._nd, 1, stride, 1)[1])
+    def _op(self) -> Op:
+        """The checked record of this layer, from its live attributes."""
+        return Op.make(
+            self._kind,
+            self._nd,
+            self.kernel_size,
+            self.stride,
+            self.pad_spec,
+            getattr(self, "dilation", 1),
+            ceil_mode=self.ceil_mode,
+            count_include_pad=getattr(self, "count_include_pad", True),
+            divisor_override=getattr(self, "divisor_override", None),
+            return_indices=getattr(self, "return_indices", False),
+            norm_type=getattr(self, "norm_type", None),
+            where=type(self).__name__,
         )
-        self.pad_spec = _spec(padding, self._nd, cls)
-        self._static = None if self.pad_spec.ceil_mode else _static_pairs(self.pad_spec, k, s, d)
-        return k, s, d
 
     def resolved_padding(
         self, input_size: Sequence[int] | None = None
     ) -> tuple[tuple[int, int], ...]:
         """The ``(lo, hi)`` pads per spatial axis (``input_size`` where they depend on it)."""
-        if self._static is not None:
-            return self._static
+        op = self._op()
+        static = op.static_pairs()
+        if static is not None:
+            return static
         if input_size is None:
             raise PaddingError(
                 f"{type(self).__name__}: padding {self.pad_spec.describe()} depends on the input "
                 "size; pass input_size"
             )
-        k = _tuple_of(self.kernel_size, self._nd, "kernel_size")
-        s = _tuple_of(self.stride, self._nd, "stride")
-        d = _tuple_of(getattr(self, "dilation", 1), self._nd, "dilation")
-        return PF.resolve(self.pad_spec, k, s, d, tuple(input_size)[-self._nd :])
+        return PF.resolve(
+            op.padding, op.kernel, op.stride, op.dilation, tuple(input_size)[-self._nd :]
+        )
 
     def plan(self, input_size: Sequence[int], *, channels_last: bool = False) -> Plan:
         """What runs for an input of this shape (full or spatial), and why.
@@ -796,15 +913,14 @@ class _PadPool(_Memo):
             >>> print(MaxPool2d(3, 2, padding="same").plan((1, 8, 112, 112)))  # doctest: +ELLIPSIS
             max_pool: ceil_mode (pads [(0, 1), (0, 1)]) - the end pads are ...ceil_mode overhang...
         """
+        op = self._op()
         sizes = tuple(int(v) for v in tuple(input_size)[-self._nd :])
         pairs = self.resolved_padding(sizes)
-        k = _tuple_of(self.kernel_size, self._nd, "kernel_size")
-        s = _pool_stride(self)
-        d = _tuple_of(getattr(self, "dilation", 1), self._nd, "dilation")
-        ceil = bool(self.ceil_mode) or self.pad_spec.ceil_mode
-        if isinstance(self, _MaxPoolMixin):
+        k, s, d = op.kernel, op.stride, op.dilation
+        ceil = op.ceil_mode or op.padding.ceil_mode
+        if op.kind == "max":
             return plan_pool("max_pool", pairs, k, s, d, sizes, ceil_mode=ceil)
-        if isinstance(self, _AvgPoolMixin):
+        if op.kind == "avg":
             return plan_pool(
                 "avg_pool",
                 pairs,
@@ -813,10 +929,15 @@ class _PadPool(_Memo):
                 d,
                 sizes,
                 ceil_mode=ceil,
-                count_include_pad=self.count_include_pad,
+                count_include_pad=op.count_include_pad,
                 channels_last=channels_last,
             )
         return plan_pool("lp_pool", pairs, k, s, d, sizes, ceil_mode=ceil, native_dtype=False)
+
+    def __prepare_scriptable__(self) -> nn.Module:
+        """torch.jit.script: the plain torch layer where it computes the same numbers (static
+        symmetric pads), else a clear refusal (TorchScript cannot run padkit's Python)."""
+        return _scriptable(self)
 
     def _pad_repr(self) -> str:
         spec = self.pad_spec
@@ -824,12 +945,13 @@ class _PadPool(_Memo):
             return ""
         return f", padding={_padding_repr(spec)}"
 
-
-def _pool_padding_attr(spec: Padding, static: tuple[tuple[int, int], ...] | None, nd: int) -> Any:
-    form = _torch_form(spec, static)
-    if isinstance(form, tuple) and nd >= 1:
-        return form[0] if len(set(form)) == 1 else form
-    return form
+    def _fx_args(self) -> tuple[Any, Any, Any]:
+        """kernel_size, stride and padding as plain values for torch.fx."""
+        return (
+            _hashable(self.kernel_size),
+            _hashable(self.stride),
+            _fx_padding(self.pad_spec, type(self).__name__),
+        )
 
 
 def _pool_fast(layer: Any, x: Tensor, op: str) -> _FastFn | None:
@@ -841,11 +963,12 @@ def _pool_fast(layer: Any, x: Tensor, op: str) -> _FastFn | None:
         or (nd == 3 and x.device.type == "cpu" and x.dtype in (torch.float16, torch.bfloat16))
     ):
         return None
+    rec = layer._op()
     plan = layer.plan(tuple(x.shape), channels_last=PF.channels_last(x))
     if plan.strategy == "explicit":
         return None
-    k = PF._lift(nd, _tuple_of(layer.kernel_size, nd, "kernel_size"), 1)
-    s = PF._lift(nd, _pool_stride(layer), 1)
+    k = PF._lift(nd, rec.kernel, 1)
+    s = PF._lift(nd, rec.stride, 1)
     p = PF._lift(nd, plan.native_padding, 0)
     ceil = plan.ceil_mode
     crop = plan.strategy == "crop"
@@ -856,51 +979,46 @@ def _pool_fast(layer: Any, x: Tensor, op: str) -> _FastFn | None:
 
     if op == "avg_pool" and plan.strategy == "zero_extend":
         conv, native = PF._CONV[nd], plan.native_padding
-        kernel = _tuple_of(layer.kernel_size, nd, "kernel_size")
         weights: dict[tuple[Any, ...], Tensor] = {}
+        divisor = rec.divisor_override
 
-        def as_conv(m: Any, x: Tensor) -> Tensor:
+        def as_conv(x: Tensor) -> Tensor:
             key = (x.shape[1], x.dtype, x.device)
             w = weights.get(key)
             if w is None:
-                w = weights[key] = PF.mean_kernel(x, kernel, plan.kernel_ext, m.divisor_override)
+                w = weights[key] = PF.mean_kernel(x, rec.kernel, plan.kernel_ext, divisor)
             return conv(x, w, None, s[-nd:], native, 1, x.shape[1])
 
         return as_conv
     if op == "avg_pool":
         pool = PF._AVG_POOL[max(nd, 2)]
-        include, div = bool(layer.count_include_pad), layer.divisor_override
-        return lambda m, x: finish(pool(PF._to2d(x, nd), k, s, p, ceil, include, div))
-    d = PF._lift(nd, _tuple_of(layer.dilation, nd, "dilation"), 1)
-    if layer.return_indices:
+        include, div = rec.count_include_pad, rec.divisor_override
+        return lambda x: finish(pool(PF._to2d(x, nd), k, s, p, ceil, include, div))
+    d = PF._lift(nd, rec.dilation, 1)
+    if rec.return_indices:
         mp = PF._MAX_POOL[max(nd, 2)]
 
-        def with_indices(m: Any, x: Tensor) -> tuple[Tensor, Tensor]:
+        def with_indices(x: Tensor) -> tuple[Tensor, Tensor]:
             out, idx = mp(PF._to2d(x, nd), k, s, p, d, ceil, True)
             return finish(out), finish(idx)
 
         return with_indices
     mp = torch.max_pool3d if nd == 3 else torch.max_pool2d
-    return lambda m, x: finish(mp(PF._to2d(x, nd), k, s, p, d, ceil))
-
-
-def _pool_stride(layer: Any) -> tuple[int, ...]:
-    k = _tuple_of(layer.kernel_size, layer._nd, "kernel_size")
-    return k if layer.stride is None else _tuple_of(layer.stride, layer._nd, "stride")
+    return lambda x: finish(mp(PF._to2d(x, nd), k, s, p, d, ceil))
 
 
 def _pool_forward(layer: Any, input: Tensor, op: str, full: Callable[[Tensor], Any]) -> Any:
-    if _tracing():
+    if _tracing() or not isinstance(input, Tensor):
         return full(input)
     key = (
         input.shape,
         input.dtype,
         input.device.type,
-        layer.kernel_size,
-        layer.stride,
+        _hashable(layer.kernel_size),
+        _hashable(layer.stride),
         layer.ceil_mode,
         layer.pad_spec,
-        getattr(layer, "dilation", 1),
+        _hashable(getattr(layer, "dilation", 1)),
         getattr(layer, "return_indices", False),
         getattr(layer, "count_include_pad", True),
         getattr(layer, "divisor_override", None),
@@ -914,10 +1032,11 @@ def _pool_forward(layer: Any, input: Tensor, op: str, full: Callable[[Tensor], A
         return out
     if fn is None:
         return full(input)
-    return fn(layer, input)  # type: ignore[operator]
+    return fn(input)  # type: ignore[operator]
 
 
 class _MaxPoolMixin(_PadPool):
+    _kind = "max"
     dilation: Any
     return_indices: bool
 
@@ -925,6 +1044,12 @@ class _MaxPoolMixin(_PadPool):
         return _pool_forward(self, input, "max_pool", self._forward)
 
     def _forward(self, input: Tensor) -> Any:
+        if _is_proxy(input):
+            pool = (PF.max_pool1d, PF.max_pool2d, PF.max_pool3d)[self._nd - 1]
+            k, s, p = self._fx_args()
+            return pool(
+                input, k, s, p, _hashable(self.dilation), self.ceil_mode, self.return_indices
+            )
         return PF._max_pool(
             type(self).__name__,
             self._nd,
@@ -957,9 +1082,19 @@ def _max_init(
     ceil_mode: bool,
 ) -> None:
     self._nd = nd
-    _k, _s, _d = self._pool_setup(kernel_size, stride, padding, dilation)
+    op = Op.make(
+        "max",
+        nd,
+        kernel_size,
+        stride,
+        padding,
+        dilation,
+        ceil_mode=ceil_mode,
+        return_indices=return_indices,
+        where=type(self).__name__,
+    )
     base.__init__(self, kernel_size, stride, 0, dilation, return_indices, ceil_mode)
-    self.padding = _pool_padding_attr(self.pad_spec, self._static, nd)
+    self.pad_spec = op.padding
 
 
 class MaxPool1d(_MaxPoolMixin, nn.MaxPool1d):
@@ -1046,6 +1181,7 @@ class MaxPool3d(_MaxPoolMixin, nn.MaxPool3d):
 
 
 class _AvgPoolMixin(_PadPool):
+    _kind = "avg"
     dilation: Any
     count_include_pad: bool
     divisor_override: int | None
@@ -1054,6 +1190,19 @@ class _AvgPoolMixin(_PadPool):
         return _pool_forward(self, input, "avg_pool", self._forward)  # type: ignore[no-any-return]
 
     def _forward(self, input: Tensor) -> Tensor:
+        if _is_proxy(input):
+            pool = (PF.avg_pool1d, PF.avg_pool2d, PF.avg_pool3d)[self._nd - 1]
+            k, s, p = self._fx_args()
+            return pool(
+                input,
+                k,
+                s,
+                p,
+                self.ceil_mode,
+                self.count_include_pad,
+                self.divisor_override,
+                _hashable(self.dilation),
+            )
         return PF._avg_pool(
             type(self).__name__,
             self._nd,
@@ -1090,7 +1239,18 @@ def _avg_init(
     dilation: Any,
 ) -> None:
     self._nd = nd
-    self._pool_setup(kernel_size, stride, padding, dilation)
+    op = Op.make(
+        "avg",
+        nd,
+        kernel_size,
+        stride,
+        padding,
+        dilation,
+        ceil_mode=ceil_mode,
+        count_include_pad=count_include_pad,
+        divisor_override=divisor_override,
+        where=type(self).__name__,
+    )
     if divisor_override is not None:
         PF._check_divisor(type(self).__name__, divisor_override)
     if nd == 1:
@@ -1099,7 +1259,7 @@ def _avg_init(
     else:
         base.__init__(self, kernel_size, stride, 0, ceil_mode, count_include_pad, divisor_override)
     self.dilation = dilation
-    self.padding = _pool_padding_attr(self.pad_spec, self._static, nd)
+    self.pad_spec = op.padding
 
 
 class AvgPool1d(_AvgPoolMixin, nn.AvgPool1d):
@@ -1216,10 +1376,23 @@ class AvgPool3d(_AvgPoolMixin, nn.AvgPool3d):
 
 
 class _LPPoolMixin(_PadPool):
+    _kind = "lp"
     dilation: Any
     norm_type: float
 
     def forward(self, input: Tensor) -> Tensor:
+        if _is_proxy(input):
+            pool = (PF.lp_pool1d, PF.lp_pool2d, PF.lp_pool3d)[self._nd - 1]
+            k, s, p = self._fx_args()
+            return pool(
+                input,
+                self.norm_type,
+                k,
+                s,
+                self.ceil_mode,
+                padding=p,
+                dilation=_hashable(self.dilation),
+            )
         return PF._lp_pool(
             type(self).__name__,
             self._nd,
@@ -1252,14 +1425,20 @@ def _lp_init(
     dilation: Any,
 ) -> None:
     self._nd = nd
-    if isinstance(norm_type, bool) or not isinstance(norm_type, (int, float)) or norm_type <= 0:
-        raise PaddingError(
-            f"{type(self).__name__}: norm_type must be a positive number, got {norm_type!r}"
-        )
-    self._pool_setup(kernel_size, stride, padding, dilation)
+    op = Op.make(
+        "lp",
+        nd,
+        kernel_size,
+        stride,
+        padding,
+        dilation,
+        ceil_mode=ceil_mode,
+        norm_type=norm_type,
+        where=type(self).__name__,
+    )
     base.__init__(self, norm_type, kernel_size, stride, ceil_mode)
     self.dilation = dilation
-    self.padding = _pool_padding_attr(self.pad_spec, self._static, nd)
+    self.pad_spec = op.padding
 
 
 class LPPool1d(_LPPoolMixin, nn.LPPool1d):

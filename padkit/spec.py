@@ -126,10 +126,6 @@ def _is_int_like(value: Any) -> bool:
     return True
 
 
-def _is_str(value: Any) -> bool:
-    return isinstance(value, str)
-
-
 def _is_pair(value: Any) -> bool:
     return (
         isinstance(value, Sequence)
@@ -223,6 +219,50 @@ class Padding:
     axes: tuple[AxisRule, ...]
     broadcast: bool = False
     ceil_mode: bool = False
+
+    def __post_init__(self) -> None:
+        # built directly (not through parse): check and canonicalise the fields, so that a
+        # malformed spec fails here, naming what is wrong, rather than deep inside a layer
+        axes: Any = self.axes
+        if isinstance(axes, (str, bytes)) or not isinstance(axes, Sequence):
+            raise TypeError(
+                f"Padding(axes=...) must be a tuple of per-axis rules, got "
+                f"{type(axes).__name__} ({axes!r}); use Padding.parse(...) for every "
+                f"padding= form"
+            )
+        if len(axes) == 0:
+            raise PaddingError("Padding(axes=...) must hold at least one axis rule, got ()")
+        canon: list[AxisRule] = []
+        for i, rule in enumerate(axes):
+            if isinstance(rule, str):
+                if rule not in RULES:
+                    raise PaddingError(
+                        f"Padding(axes=...)[{i}]: unknown rule {rule!r}; accepted: "
+                        + ", ".join(repr(r) for r in RULES)
+                        + " (lowercase), or a (lo, hi) pair of ints"
+                    )
+                canon.append(rule)
+            elif _is_pair(rule):
+                canon.append((_as_int(rule[0], f"axes[{i}][0]"), _as_int(rule[1], f"axes[{i}][1]")))
+            else:
+                raise TypeError(
+                    f"Padding(axes=...)[{i}] must be a (lo, hi) pair of ints or one of "
+                    + ", ".join(repr(r) for r in RULES)
+                    + f", got {type(rule).__name__} ({rule!r})"
+                )
+        for name in ("broadcast", "ceil_mode"):
+            value = getattr(self, name)
+            if not isinstance(value, bool):
+                raise TypeError(
+                    f"Padding({name}=...) must be True or False, got "
+                    f"{type(value).__name__} ({value!r})"
+                )
+        if self.broadcast and len(canon) != 1:
+            raise PaddingError(
+                f"Padding(broadcast=True) needs exactly one axis rule, got {len(canon)}: {axes!r}"
+            )
+        if not isinstance(axes, tuple) or any(a is not b for a, b in zip(canon, axes)):
+            object.__setattr__(self, "axes", tuple(canon))
 
     # ------------------------------------------------------------------ parsing
 

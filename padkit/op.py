@@ -1,0 +1,408 @@
+"""One record of a checked conv, transposed conv or pool: :class:`Op`.
+
+Every module that needs to know "what is this conv or pool" asks this record: the layers
+(built from their live attributes on each new input shape), the functional API, the ONNX
+exporter, surgery, streaming and inspection. :meth:`Op.make` holds every normaliser and
+refusal of the arguments; :meth:`Op.from_module` reads torch, timm and padkit layers. The
+record is frozen and hashable, and derives what the modules need (static pads, pads for an
+input size, output sizes, the ONNX ``auto_pad`` form, the value a torch ``.padding``
+attribute shows).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from torch import nn
+
+from .spec import (
+    Padding,
+    PaddingError,
+    PaddingLike,
+    _as_int,
+    _tuple_of,
+    conv_output_size,
+    conv_transpose_output_size,
+    pool_output_size,
+)
+
+__all__ = ["KINDS", "PADDING_MODES", "Op", "check_output_padding", "check_padding_mode"]
+
+#: The op kinds: convolution, transposed convolution, and max/average/power-average pooling.
+KINDS: tuple[str, ...] = ("conv", "conv_transpose", "max", "avg", "lp")
+#: Conv ``padding_mode`` values, as torch names them.
+PADDING_MODES: tuple[str, ...] = ("zeros", "reflect", "replicate", "circular")
+
+Pairs = tuple[tuple[int, int], ...]
+
+
+def check_padding_mode(
+    padding_mode: Any, nd: int | None = None, *, name: str = "padding_mode"
+) -> str | tuple[str, ...]:
+    """Validate a conv ``padding_mode``: one of :data:`PADDING_MODES`, or one per spatial axis
+    (e.g. ``("replicate", "zeros", "zeros")`` to repeat the first frame of a causal video
+    conv while padding space with zeros). Returns it (a tuple for a per-axis list)."""
+    if isinstance(padding_mode, (tuple, list)):
+        modes = tuple(padding_mode)
+        if nd is not None and len(modes) != nd:
+            raise PaddingError(
+                f"{name} must be one of {PADDING_MODES} or a tuple of {nd} of them (one per "
+                f"spatial axis), got {padding_mode!r}"
+            )
+        for m in modes:
+            if not isinstance(m, str) or m not in PADDING_MODES:
+                raise PaddingError(
+                    f"{name} entries must be one of {PADDING_MODES}, got {m!r} in {padding_mode!r}"
+                )
+        return modes[0] if len(set(modes)) == 1 and nd is None else modes
+    if not isinstance(padding_mode, str) or padding_mode not in PADDING_MODES:
+        raise PaddingError(
+            f"{name} must be one of {PADDING_MODES} (or a tuple of them, one per spatial axis), "
+            f"got {padding_mode!r}"
+        )
+    return padding_mode
+
+
+def check_output_padding(op: Sequence[int], s: Sequence[int], d: Sequence[int]) -> None:
+    """torch's rule: ``output_padding`` < max(stride, dilation) per axis."""
+    for i, (o, ss, dd) in enumerate(zip(op, s, d)):
+        if o >= max(ss, dd):
+            raise PaddingError(
+                f"output_padding[{i}]={o} must be smaller than stride ({ss}) or dilation ({dd}); "
+                f"got output_padding={tuple(op)!r}"
+            )
+
+
+def _check_bool(value: Any, name: str) -> bool:
+    """torch's flags are bools; 0/1 (ints) are accepted as torch accepts them."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int) and value in (0, 1):
+        return bool(value)
+    raise TypeError(f"{name} must be True or False, got {type(value).__name__} ({value!r})")
+
+
+def _pool_stride(stride: Any, kernel: tuple[int, ...], nd: int) -> tuple[int, ...]:
+    """A pool's stride: None or an empty list means "the kernel size", as in torch."""
+    if stride is None or (
+        (isinstance(stride, Sequence) and not isinstance(stride, str)) and (len(stride) == 0)
+    ):
+        return kernel
+    return _tuple_of(stride, nd, "stride")
+
+
+def _prefixed(where: str, err: Exception) -> Exception:
+    return type(err)(f"{where}: {err}") if where else err
+
+
+@dataclass(frozen=True)
+class Op:
+    """The checked facts of one conv, transposed conv or pool, in padkit's terms.
+
+    Attributes:
+        kind: one of :data:`KINDS`.
+        nd: the number of spatial axes.
+        kernel, stride, dilation: one int per spatial axis.
+        padding: the padding rule, expanded to ``nd`` axes (for a transposed conv, what it
+            crops from the full output).
+        groups: conv groups (1 for pools).
+        padding_mode: a conv's mode, or one per axis.
+        ceil_mode, count_include_pad, divisor_override, return_indices, norm_type: the pool
+            flags (their torch defaults for other kinds).
+        output_padding: a transposed conv's extra end length (zeros for other kinds).
+
+    Example:
+        >>> op = Op.make("max", 2, [3, 3], [], padding="same")
+        >>> op.stride, op.pairs_at((8, 7))
+        ((3, 3), ((0, 1), (1, 1)))
+    """
+
+    kind: str
+    nd: int
+    kernel: tuple[int, ...]
+    stride: tuple[int, ...]
+    dilation: tuple[int, ...]
+    padding: Padding
+    ceil_mode: bool = False
+    count_include_pad: bool = True
+    divisor_override: int | None = None
+    return_indices: bool = False
+    padding_mode: str | tuple[str, ...] = "zeros"
+    groups: int = 1
+    output_padding: tuple[int, ...] = ()
+    norm_type: float | None = None
+
+    # ------------------------------------------------------------------ building
+
+    @classmethod
+    def make(
+        cls,
+        kind: str,
+        nd: int,
+        kernel_size: Any,
+        stride: Any = None,
+        padding: PaddingLike = 0,
+        dilation: Any = 1,
+        *,
+        groups: Any = 1,
+        padding_mode: Any = "zeros",
+        ceil_mode: Any = False,
+        count_include_pad: Any = True,
+        divisor_override: Any = None,
+        return_indices: Any = False,
+        output_padding: Any = 0,
+        norm_type: Any = None,
+        where: str = "",
+    ) -> Op:
+        """Normalise and check every argument; ``where`` prefixes error messages.
+
+        Raises:
+            TypeError: an argument has a wrong type.
+            PaddingError: the padding (or a size that padding depends on) is malformed.
+            ValueError: another argument has an invalid value (groups, divisor_override...).
+        """
+        if kind not in KINDS:
+            raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
+        try:
+            k = _tuple_of(kernel_size, nd, "kernel_size")
+            if kind in ("conv", "conv_transpose"):
+                s = _tuple_of(1 if stride is None else stride, nd, "stride")
+            else:
+                s = _pool_stride(stride, k, nd)
+            d = _tuple_of(dilation, nd, "dilation")
+            spec = Padding.parse(padding, nd)
+            mode = check_padding_mode(padding_mode, nd)
+            if isinstance(mode, tuple) and len(set(mode)) == 1:
+                mode = mode[0]
+            g = _as_int(groups, "groups")
+            if g < 1:
+                raise ValueError(f"groups must be a positive int, got groups={groups!r}")
+            ceil = _check_bool(ceil_mode, "ceil_mode")
+            include = _check_bool(count_include_pad, "count_include_pad")
+            indices = _check_bool(return_indices, "return_indices")
+            divisor = None
+            if divisor_override is not None:
+                divisor = _as_int(divisor_override, "divisor_override")
+                if divisor == 0:
+                    raise PaddingError(
+                        f"divisor_override must not be zero, got {divisor_override!r}"
+                    )
+            op: tuple[int, ...] = ()
+            if kind == "conv_transpose":
+                op = _tuple_of(output_padding, nd, "output_padding", minimum=0)
+                check_output_padding(op, s, d)
+            norm: float | None = None
+            if kind == "lp":
+                numeric = isinstance(norm_type, (int, float)) and not isinstance(norm_type, bool)
+                if not numeric or norm_type <= 0:
+                    # the divisor and the norm shape the pool's padded windows: PaddingError
+                    raise PaddingError(f"norm_type must be a positive number, got {norm_type!r}")
+                norm = float(norm_type)
+            if kind == "conv_transpose" and mode != "zeros":
+                raise PaddingError(
+                    f"padding_mode must be 'zeros' for a transposed conv (it crops its output "
+                    f"rather than padding its input), got {padding_mode!r}"
+                )
+        except (PaddingError, TypeError, ValueError) as err:
+            raise _prefixed(where, err) from None
+        record = cls(
+            kind,
+            nd,
+            k,
+            s,
+            d,
+            spec,
+            ceil_mode=ceil,
+            count_include_pad=include,
+            divisor_override=divisor,
+            return_indices=indices,
+            padding_mode=mode,
+            groups=g,
+            output_padding=op,
+            norm_type=norm,
+        )
+        try:
+            record.static_pairs()  # a rule that cannot hold for these sizes fails here
+        except (PaddingError, TypeError, ValueError) as err:
+            raise _prefixed(where, err) from None
+        return record
+
+    @classmethod
+    def from_module(cls, module: Any, *, where: str = "") -> Op | None:
+        """The record of a torch, timm or padkit conv/pool (live attributes), else None.
+
+        A torch layer's ``padding='same'`` reads as ``'same_static'`` (torch's split, odd
+        pixel at the end) and ``'valid'`` as 0; a padkit layer's padding is its spec; timm's
+        ``Conv2dSame``/``MaxPool2dSame``/``AvgPool2dSame`` read as TF ``'same'``. A subclass
+        that overrides ``forward`` (other than padkit's own layers) is foreign: None.
+        """
+        found = _kind_of(module)
+        if found is None:
+            return None
+        kind, nd = found
+        m: Any = module
+        spec: PaddingLike
+        if _timm_same(module):
+            spec = "same"
+        elif isinstance(getattr(m, "pad_spec", None), Padding):
+            spec = m.pad_spec
+        else:
+            spec = m.padding
+            if isinstance(spec, str):
+                spec = "same_static" if spec == "same" else spec
+        common: dict[str, Any] = {"where": where or type(module).__name__}
+        if kind in ("conv", "conv_transpose"):
+            mode = m.padding_mode
+            return cls.make(
+                kind,
+                nd,
+                m.kernel_size,
+                m.stride,
+                spec,
+                m.dilation,
+                groups=m.groups,
+                padding_mode=mode,
+                output_padding=getattr(m, "output_padding", 0),
+                **common,
+            )
+        return cls.make(
+            kind,
+            nd,
+            m.kernel_size,
+            m.stride,
+            spec,
+            getattr(m, "dilation", 1),
+            ceil_mode=m.ceil_mode,
+            count_include_pad=getattr(m, "count_include_pad", True),
+            divisor_override=getattr(m, "divisor_override", None),
+            return_indices=getattr(m, "return_indices", False),
+            norm_type=getattr(m, "norm_type", None),
+            **common,
+        )
+
+    # ------------------------------------------------------------------ derived
+
+    @property
+    def is_pool(self) -> bool:
+        return self.kind in ("max", "avg", "lp")
+
+    @property
+    def k_eff(self) -> tuple[int, ...]:
+        """The dilated kernel extent per axis, ``d*(k-1)+1``."""
+        return tuple(d * (k - 1) + 1 for k, d in zip(self.kernel, self.dilation))
+
+    @property
+    def needs_input_size(self) -> bool:
+        """Whether the pads depend on the input size (TF ``'same'`` at stride > 1, Caffe)."""
+        return self.padding.ceil_mode or self.padding.needs_input_size(self.stride)
+
+    def static_pairs(self) -> Pairs | None:
+        """The ``(lo, hi)`` pads per axis when they do not depend on the input size."""
+        if self.needs_input_size:
+            return None
+        return self.padding.resolve(self.kernel, self.stride, self.dilation)
+
+    def pairs_at(self, sizes: Sequence[int]) -> Pairs:
+        """The ``(lo, hi)`` pads per axis for an input of spatial size ``sizes``."""
+        return self.padding.resolve(self.kernel, self.stride, self.dilation, tuple(sizes))
+
+    def output_size(self, sizes: Sequence[int]) -> tuple[int, ...]:
+        """The spatial output size for an input of spatial size ``sizes``.
+
+        Example:
+            >>> Op.make("conv", 2, 3, 2, "same").output_size((7, 8))
+            (4, 4)
+        """
+        pairs = self.pairs_at(sizes)
+        if self.kind == "conv":
+            return tuple(
+                conv_output_size(n, k, s, d, lo, hi)
+                for n, k, s, d, (lo, hi) in zip(
+                    sizes, self.kernel, self.stride, self.dilation, pairs
+                )
+            )
+        if self.kind == "conv_transpose":
+            return tuple(
+                conv_transpose_output_size(n, k, s, d, lo, hi, op)
+                for n, k, s, d, (lo, hi), op in zip(
+                    sizes, self.kernel, self.stride, self.dilation, pairs, self.output_padding
+                )
+            )
+        ceil = self.ceil_mode or self.padding.ceil_mode
+        return tuple(
+            pool_output_size(n, k, s, d, lo, hi, ceil)
+            for n, k, s, d, (lo, hi) in zip(sizes, self.kernel, self.stride, self.dilation, pairs)
+        )
+
+    def torch_padding(self) -> Any:
+        """What a torch ``.padding`` attribute shows: torch's symmetric tuple where one
+        exists (an int for pools whose axes agree), else the :class:`Padding` itself."""
+        static = self.static_pairs()
+        if static is None or self.padding.ceil_mode or any(lo != hi for lo, hi in static):
+            return self.padding
+        form = tuple(lo for lo, _ in static)
+        if self.is_pool and len(set(form)) == 1:
+            return form[0]
+        return form
+
+    def onnx_padding(self) -> dict[str, Any]:
+        """The ONNX attributes for this padding (``auto_pad`` or ``pads``)."""
+        return self.padding.to_onnx(self.kernel, self.stride, self.dilation)
+
+
+# ----------------------------------------------------------------------------- module kinds
+
+_TORCH_KINDS: dict[type, tuple[str, int]] = {
+    nn.Conv1d: ("conv", 1),
+    nn.Conv2d: ("conv", 2),
+    nn.Conv3d: ("conv", 3),
+    nn.ConvTranspose1d: ("conv_transpose", 1),
+    nn.ConvTranspose2d: ("conv_transpose", 2),
+    nn.ConvTranspose3d: ("conv_transpose", 3),
+    nn.MaxPool1d: ("max", 1),
+    nn.MaxPool2d: ("max", 2),
+    nn.MaxPool3d: ("max", 3),
+    nn.AvgPool1d: ("avg", 1),
+    nn.AvgPool2d: ("avg", 2),
+    nn.AvgPool3d: ("avg", 3),
+    nn.LPPool1d: ("lp", 1),
+    nn.LPPool2d: ("lp", 2),
+    nn.LPPool3d: ("lp", 3),
+}
+
+
+def _timm_same(module: Any) -> bool:
+    """timm's layers that pad TF ``'same'`` on every forward (only if timm is imported)."""
+    name = type(module).__name__
+    where = {
+        "Conv2dSame": "timm.layers.conv2d_same",
+        "Conv2dSameExport": "timm.layers.conv2d_same",
+        "MaxPool2dSame": "timm.layers.pool2d_same",
+        "AvgPool2dSame": "timm.layers.pool2d_same",
+    }.get(name)
+    mod = sys.modules.get(where) if where else None
+    return mod is not None and getattr(mod, name, None) is type(module)
+
+
+def _kind_of(module: Any) -> tuple[str, int] | None:
+    """(kind, nd) of a torch/padkit conv or pool whose forward is torch's or padkit's own."""
+    for base in type(module).__mro__:
+        found = _TORCH_KINDS.get(base)
+        if found is None:
+            continue
+        if _timm_same(module) or _own_forward(type(module), base):
+            return found
+        return None
+    return None
+
+
+def _own_forward(cls: type, torch_base: type) -> bool:
+    """``cls.forward`` is torch's (``torch_base``'s) or a padkit layer's."""
+    forward = cls.forward  # type: ignore[attr-defined]
+    if forward is torch_base.forward:  # type: ignore[attr-defined]
+        return True
+    owner = next((c for c in cls.__mro__ if "forward" in c.__dict__), None)
+    return owner is not None and owner.__module__ == "padkit.nn"
