@@ -1529,7 +1529,8 @@ def _fuse_conv_bn(is_qat: bool, conv: Any, bn: Any) -> nn.Module:
             "which folds the BatchNorm into the padkit layer's weights"
         )
     transpose = isinstance(conv, _ConvTransposeMixin)
-    return nn.utils.fusion.fuse_conv_bn_eval(conv, bn, transpose=transpose)
+    fused: nn.Module = nn.utils.fusion.fuse_conv_bn_eval(conv, bn, transpose=transpose)
+    return fused
 
 
 def _fuse_conv_bn_act(is_qat: bool, conv: Any, bn: Any, act: nn.Module) -> nn.Module:
