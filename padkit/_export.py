@@ -39,10 +39,10 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from .op import check_output_padding, check_padding_mode
-from .spec import Padding, PaddingError, _tuple_of, pool_output_size
+from .op import Op
+from .spec import Padding, PaddingError, pool_output_size
 
-__all__ = ["avg_pool", "conv", "conv_transpose", "exporting", "lp_pool", "max_pool"]
+__all__ = ["all_static", "conv", "conv_transpose", "exporting", "pool", "static_shape"]
 
 Pairs = tuple[tuple[int, int], ...]
 
@@ -753,260 +753,87 @@ def _shape(t: Tensor) -> tuple[Any, ...]:
         torch._C._set_tracing_state(state)  # type: ignore[attr-defined]
 
 
-def _w(w: Tensor | None) -> Tensor:
-    assert w is not None
+def weight_of(w: Tensor | None) -> Tensor:
+    """The weight a conv's lowering always passes (the eager callables' type allows None)."""
+    if w is None:  # pragma: no cover - only convs pass weights to their lowering
+        raise TypeError("a conv lowering needs its weight")
     return w
 
 
-def _batched(fname: str, input: Any, nd: int) -> tuple[Tensor, bool]:
-    from .functional import _check_input
+def static_shape(t: Tensor) -> tuple[Any, ...]:
+    """``t``'s shape with plain ints under the TorchScript tracer (see :func:`_shape`)."""
+    return _shape(t)
 
-    return _check_input(fname, input, nd)
+
+def all_static(sizes: Sequence[Any]) -> bool:
+    """Whether every size is a plain int (not dynamic in the export being traced)."""
+    return all(_is_static(n) for n in sizes)
 
 
-def _spec(padding: Any, nd: int, fname: str) -> Padding:
-    from .functional import _parse
+_KIND = {"conv": "conv", "conv_transpose": "conv_transpose"} | {
+    k: f"{k}_pool" for k in ("max", "avg", "lp")
+}
 
-    return _parse(padding, nd, fname).expand(nd)
+Eager = Callable[[Tensor, Tensor | None, Tensor | None], Tensor]
+
+
+def _lowering(fname: str, rec: Op, x: Tensor, eager: Eager, **extra: Any) -> _Op:
+    """The export lowering's view of a checked record."""
+    modes = rec.padding_mode
+    return _Op(
+        _KIND[rec.kind],
+        fname,
+        rec.nd,
+        rec.padding,
+        rec.kernel,
+        rec.stride,
+        rec.dilation,
+        x.dtype,
+        eager,
+        groups=rec.groups,
+        modes=(modes,) * rec.nd if isinstance(modes, str) else tuple(modes),
+        ceil=rec.ceil_mode or rec.padding.ceil_mode,
+        count_include_pad=rec.count_include_pad,
+        divisor=rec.divisor_override,
+        p=rec.norm_type if rec.norm_type is not None else 2.0,
+        **extra,
+    )
 
 
 # ----------------------------------------------------------------------------- entry points
+#
+# padkit.functional checks its arguments into a record (padkit.op.Op) and hands it here with
+# the batched input and an ``eager`` callable that runs padkit for the tracer.
 
 
 def conv(
-    fname: str,
-    nd: int,
-    input: Tensor,
-    weight: Tensor,
-    bias: Tensor | None,
-    stride: Any,
-    padding: Any,
-    dilation: Any,
-    groups: int,
-    padding_mode: Any = "zeros",
+    fname: str, rec: Op, x: Tensor, weight: Tensor, bias: Tensor | None, eager: Eager
 ) -> Tensor:
     """``padkit.functional.conv{1,2,3}d`` under ONNX export."""
-    from . import functional as PF
-
-    x, unbatched = _batched(fname, input, nd)
-    spec = _spec(padding, nd, fname)
-    try:
-        modes = check_padding_mode(padding_mode, nd)
-    except PaddingError as err:
-        raise PaddingError(f"{fname}(): {err}") from None
-    op = _Op(
-        "conv",
-        fname,
-        nd,
-        spec,
-        _shape(weight)[2:],
-        _tuple_of(stride, nd, "stride"),
-        _tuple_of(dilation, nd, "dilation"),
-        x.dtype,
-        lambda xx, ww, bb: PF._conv(
-            fname, nd, xx, _w(ww), bb, stride, spec, dilation, groups, padding_mode
-        ),
-        groups=groups,
-        modes=(modes,) * nd if isinstance(modes, str) else tuple(modes),
-    )
-    out = _run(op, x, weight, bias, _shape(weight)[0])
-    return out.squeeze(0) if unbatched else out
+    return _run(_lowering(fname, rec, x, eager), x, weight, bias, _shape(weight)[0])
 
 
 def conv_transpose(
     fname: str,
-    nd: int,
-    input: Tensor,
+    rec: Op,
+    x: Tensor,
     weight: Tensor,
     bias: Tensor | None,
-    stride: Any,
-    padding: Any,
-    output_padding: Any,
-    groups: int,
-    dilation: Any,
-    output_size: Sequence[int] | None = None,
+    eager: Eager,
+    crops: Pairs,
+    output_padding: tuple[int, ...],
 ) -> Tensor:
     """``padkit.functional.conv_transpose{1,2,3}d`` under ONNX export."""
-    from . import functional as PF
-
-    x, unbatched = _batched(fname, input, nd)
-    spec = _spec(padding, nd, fname)
-    k = _shape(weight)[2:]
-    s = _tuple_of(stride, nd, "stride")
-    d = _tuple_of(dilation, nd, "dilation")
-    opad = _tuple_of(output_padding, nd, "output_padding", minimum=0)
-    check_output_padding(opad, s, d)
-    sizes = _shape(x)[2:]
-    if any(spec.needs_input_size(s) and not _is_static(n) for n in sizes) and spec.ceil_mode:
-        raise PaddingError(
-            f"{fname}(): padding {spec.describe()} depends on the input size, which is "
-            "dynamic in this export; export with static sizes"
-        )
-    crops = PF.transpose_crops(spec, k, s, d, sizes)
-    if output_size is not None:
-        opad = PF._output_padding_for(fname, output_size, sizes, k, s, d, crops)
-    op = _Op(
-        "conv_transpose",
-        fname,
-        nd,
-        spec,
-        k,
-        s,
-        d,
-        x.dtype,
-        lambda xx, ww, bb: PF._conv_transpose(
-            fname, nd, xx, _w(ww), bb, stride, spec, output_padding, groups, dilation, output_size
-        ),
-        groups=groups,
-        crops=crops,
-        output_padding=opad,
-    )
-    out = _run(op, x, weight, bias, _shape(weight)[1] * groups)
-    return out.squeeze(0) if unbatched else out
+    op = _lowering(fname, rec, x, eager, crops=crops, output_padding=output_padding)
+    return _run(op, x, weight, bias, _shape(weight)[1] * rec.groups)
 
 
-def _pool_op(
-    kind: str,
-    fname: str,
-    nd: int,
-    x: Tensor,
-    kernel_size: Any,
-    stride: Any,
-    padding: Any,
-    dilation: Any,
-    ceil_mode: bool,
-    eager: Callable[[Tensor, Tensor | None, Tensor | None], Tensor],
-    **kw: Any,
-) -> _Op:
-    k = _tuple_of(kernel_size, nd, "kernel_size")
-    s = (
-        k
-        if stride is None or (isinstance(stride, Sequence) and len(stride) == 0)
-        else _tuple_of(stride, nd, "stride")
-    )
-    d = _tuple_of(dilation, nd, "dilation")
-    spec = _spec(padding, nd, fname)
-    ceil = bool(ceil_mode) or spec.ceil_mode
-    return _Op(kind, fname, nd, spec, k, s, d, x.dtype, eager, ceil=ceil, **kw)
-
-
-def max_pool(
-    fname: str,
-    nd: int,
-    input: Tensor,
-    kernel_size: Any,
-    stride: Any,
-    padding: Any,
-    dilation: Any,
-    ceil_mode: bool,
-    return_indices: bool,
-) -> Any:
-    """``padkit.functional.max_pool{1,2,3}d`` under ONNX export."""
-    from . import functional as PF
-
-    if return_indices:
+def pool(fname: str, rec: Op, x: Tensor, eager: Eager) -> Tensor:
+    """``padkit.functional`` max, average and LP pools under ONNX export."""
+    if rec.return_indices:
         raise PaddingError(
             f"{fname}(): return_indices=True is not exported to ONNX by padkit (ONNX MaxPool "
             "indices count the padded batch and channel planes); export with "
             "return_indices=False"
         )
-    x, unbatched = _batched(fname, input, nd)
-    op = _pool_op(
-        "max_pool",
-        fname,
-        nd,
-        x,
-        kernel_size,
-        stride,
-        padding,
-        dilation,
-        ceil_mode,
-        lambda xx, _w, _b: PF._max_pool(
-            fname, nd, xx, kernel_size, stride, padding, dilation, ceil_mode, False
-        ),
-    )
-    out = _run(op, x, None, None, _shape(x)[1])
-    return out.squeeze(0) if unbatched else out
-
-
-def avg_pool(
-    fname: str,
-    nd: int,
-    input: Tensor,
-    kernel_size: Any,
-    stride: Any,
-    padding: Any,
-    ceil_mode: bool,
-    count_include_pad: bool,
-    divisor_override: int | None,
-    dilation: Any,
-) -> Tensor:
-    """``padkit.functional.avg_pool{1,2,3}d`` under ONNX export."""
-    from . import functional as PF
-
-    if divisor_override is not None:
-        divisor_override = PF._check_divisor(fname, divisor_override)
-    x, unbatched = _batched(fname, input, nd)
-    op = _pool_op(
-        "avg_pool",
-        fname,
-        nd,
-        x,
-        kernel_size,
-        stride,
-        padding,
-        dilation,
-        ceil_mode,
-        lambda xx, _w, _b: PF._avg_pool(
-            fname,
-            nd,
-            xx,
-            kernel_size,
-            stride,
-            padding,
-            ceil_mode,
-            count_include_pad,
-            divisor_override,
-            dilation,
-        ),
-        count_include_pad=bool(count_include_pad),
-        divisor=divisor_override,
-    )
-    out = _run(op, x, None, None, _shape(x)[1])
-    return out.squeeze(0) if unbatched else out
-
-
-def lp_pool(
-    fname: str,
-    nd: int,
-    input: Tensor,
-    norm_type: float,
-    kernel_size: Any,
-    stride: Any,
-    ceil_mode: bool,
-    padding: Any,
-    dilation: Any,
-) -> Tensor:
-    """``padkit.functional.lp_pool{1,2,3}d`` under ONNX export."""
-    from . import functional as PF
-
-    if isinstance(norm_type, bool) or not isinstance(norm_type, (int, float)) or norm_type <= 0:
-        raise PaddingError(f"{fname}(): norm_type must be a positive number, got {norm_type!r}")
-    x, unbatched = _batched(fname, input, nd)
-    op = _pool_op(
-        "lp_pool",
-        fname,
-        nd,
-        x,
-        kernel_size,
-        stride,
-        padding,
-        dilation,
-        ceil_mode,
-        lambda xx, _w, _b: PF._lp_pool(
-            fname, nd, xx, norm_type, kernel_size, stride, ceil_mode, padding, dilation
-        ),
-        p=float(norm_type),
-    )
-    out = _run(op, x, None, None, _shape(x)[1])
-    return out.squeeze(0) if unbatched else out
+    return _run(_lowering(fname, rec, x, eager), x, None, None, _shape(x)[1])

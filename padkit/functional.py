@@ -19,13 +19,12 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from . import _export
-from .op import PADDING_MODES, check_output_padding, check_padding_mode
+from .op import PADDING_MODES, Op
 from .plan import Plan, plan_conv, plan_pool
 from .spec import (
     Padding,
     PaddingError,
     PaddingLike,
-    _tuple_of,
     conv_transpose_output_size,
     pool_output_size,
 )
@@ -307,33 +306,55 @@ def _conv(
     groups: int,
     padding_mode: str | Sequence[str] = "zeros",
 ) -> Tensor:
-    if _export.exporting():
-        return _export.conv(
-            fname, nd, input, weight, bias, stride, padding, dilation, groups, padding_mode
-        )
     x, unbatched = _check_input(fname, input, nd)
     if weight.dim() != nd + 2:
         raise PaddingError(
             f"{fname}(): weight must be {nd + 2}-D (out_channels, in_channels/groups, *kernel), "
             f"got shape {tuple(weight.shape)}"
         )
+    rec = Op.make(
+        "conv",
+        nd,
+        _export.static_shape(weight)[2:],
+        stride,
+        padding,
+        dilation,
+        groups=groups,
+        padding_mode=padding_mode,
+        where=f"{fname}()",
+    )
+    if _export.exporting():
+        out = _export.conv(
+            fname,
+            rec,
+            x,
+            weight,
+            bias,
+            lambda xx, ww, bb: _conv(
+                fname,
+                nd,
+                xx,
+                _export.weight_of(ww),
+                bb,
+                stride,
+                padding,
+                dilation,
+                groups,
+                padding_mode,
+            ),
+        )
+        return out.squeeze(0) if unbatched else out
     if x.shape[1] != weight.shape[1] * groups:
         raise PaddingError(
             f"{fname}(): input has {x.shape[1]} channels but weight {tuple(weight.shape)} with "
             f"groups={groups} expects {weight.shape[1] * groups}"
         )
-    spec = _parse(padding, nd, fname)
-    try:
-        modes = check_padding_mode(padding_mode, nd)
-    except PaddingError as err:
-        raise PaddingError(f"{fname}(): {err}") from None
-    k = tuple(int(v) for v in weight.shape[2:])
-    s = _tuple_of(stride, nd, "stride")
-    d = _tuple_of(dilation, nd, "dilation")
     sizes = _check_spatial(fname, x, nd)
-    pairs = resolve(spec, k, s, d, sizes)
-    _check_fits(fname, sizes, pairs, _k_eff(k, d))
-    out = _conv_pairs(nd, x, weight, bias, s, pairs, d, groups, modes, fname)
+    pairs = resolve(rec.padding, rec.kernel, rec.stride, rec.dilation, sizes)
+    _check_fits(fname, sizes, pairs, rec.k_eff)
+    out = _conv_pairs(
+        nd, x, weight, bias, rec.stride, pairs, rec.dilation, groups, rec.padding_mode, fname
+    )
     return out.squeeze(0) if unbatched else out
 
 
@@ -532,41 +553,64 @@ def _conv_transpose(
     dilation: Any,
     output_size: Sequence[int] | None = None,
 ) -> Tensor:
-    if _export.exporting():
-        return _export.conv_transpose(
-            fname,
-            nd,
-            input,
-            weight,
-            bias,
-            stride,
-            padding,
-            output_padding,
-            groups,
-            dilation,
-            output_size,
-        )
     x, unbatched = _check_input(fname, input, nd)
     if weight.dim() != nd + 2:
         raise PaddingError(
             f"{fname}(): weight must be {nd + 2}-D (in_channels, out_channels/groups, *kernel), "
             f"got shape {tuple(weight.shape)}"
         )
-    if x.shape[1] != weight.shape[0]:
+    rec = Op.make(
+        "conv_transpose",
+        nd,
+        _export.static_shape(weight)[2:],
+        stride,
+        padding,
+        dilation,
+        groups=groups,
+        output_padding=output_padding,
+        where=f"{fname}()",
+    )
+    k, s, d, op = rec.kernel, rec.stride, rec.dilation, rec.output_padding
+    exporting = _export.exporting()
+    if not exporting and x.shape[1] != weight.shape[0]:
         raise PaddingError(
             f"{fname}(): input has {x.shape[1]} channels but weight {tuple(weight.shape)} expects "
             f"{weight.shape[0]}"
         )
-    spec = _parse(padding, nd, fname)
-    k = tuple(int(v) for v in weight.shape[2:])
-    s = _tuple_of(stride, nd, "stride")
-    d = _tuple_of(dilation, nd, "dilation")
-    op = _tuple_of(output_padding, nd, "output_padding", minimum=0)
-    check_output_padding(op, s, d)
-    sizes = _check_spatial(fname, x, nd)
-    crops = transpose_crops(spec, k, s, d, sizes)
+    sizes = _export.static_shape(x)[2:] if exporting else _check_spatial(fname, x, nd)
+    caffe = rec.padding.ceil_mode and rec.padding.needs_input_size(s)
+    if exporting and caffe and not _export.all_static(sizes):
+        raise PaddingError(
+            f"{fname}(): padding {rec.padding.describe()} depends on the input size, which is "
+            "dynamic in this export; export with static sizes"
+        )
+    crops = transpose_crops(rec.padding, k, s, d, sizes)
     if output_size is not None:
         op = _output_padding_for(fname, output_size, sizes, k, s, d, crops)
+    if exporting:
+        out = _export.conv_transpose(
+            fname,
+            rec,
+            x,
+            weight,
+            bias,
+            lambda xx, ww, bb: _conv_transpose(
+                fname,
+                nd,
+                xx,
+                _export.weight_of(ww),
+                bb,
+                stride,
+                padding,
+                output_padding,
+                groups,
+                dilation,
+                output_size,
+            ),
+            crops,
+            op,
+        )
+        return out.squeeze(0) if unbatched else out
     out = _conv_transpose_crops(nd, x, weight, bias, s, crops, op, d, groups, fname)
     return out.squeeze(0) if unbatched else out
 
@@ -760,11 +804,7 @@ def _pool_setup(
     fname: str,
     nd: int,
     input: Tensor,
-    kernel_size: Any,
-    stride: Any,
-    padding: PaddingLike,
-    dilation: Any,
-    ceil_mode: bool,
+    rec: Op,
 ) -> tuple[
     Tensor,
     bool,
@@ -777,16 +817,9 @@ def _pool_setup(
     tuple[int, ...],
 ]:
     x, unbatched = _check_input(fname, input, nd)
-    k = _tuple_of(kernel_size, nd, "kernel_size")
-    s = (
-        k
-        if stride is None or (isinstance(stride, Sequence) and len(stride) == 0)
-        else (_tuple_of(stride, nd, "stride"))
-    )
-    d = _tuple_of(dilation, nd, "dilation")
-    spec = _parse(padding, nd, fname)
+    k, s, d, spec = rec.kernel, rec.stride, rec.dilation, rec.padding
     sizes = _check_spatial(fname, x, nd)
-    ceil = bool(ceil_mode) or spec.ceil_mode
+    ceil = rec.ceil_mode or spec.ceil_mode
     if spec.ceil_mode:
         # Caffe rounding runs natively: symmetric pads with ceil_mode
         pairs: Pairs = tuple(a for a in spec.axes if isinstance(a, tuple))
@@ -813,9 +846,10 @@ def _pool_setup(
     return x, unbatched, k, s, d, pairs, ceil, sizes, outs
 
 
-def _native_pool_ok(k: Sequence[int], pairs: Pairs) -> bool:
-    """torch pools take symmetric pads of at most half the (raw) kernel."""
-    return all(lo == hi and lo <= kk // 2 for (lo, hi), kk in zip(pairs, k))
+def _export_pool(fname: str, nd: int, rec: Op, input: Tensor, eager: _export.Eager) -> Tensor:
+    x, unbatched = _check_input(fname, input, nd)
+    out = _export.pool(fname, rec, x, eager)
+    return out.squeeze(0) if unbatched else out
 
 
 def _explicit_pads(
@@ -983,13 +1017,28 @@ def _max_pool(
     ceil_mode: bool,
     return_indices: bool,
 ) -> Any:
-    if _export.exporting():
-        return _export.max_pool(
-            fname, nd, input, kernel_size, stride, padding, dilation, ceil_mode, return_indices
-        )
-    x, unbatched, k, s, d, pairs, ceil, sizes, outs = _pool_setup(
-        fname, nd, input, kernel_size, stride, padding, dilation, ceil_mode
+    rec = Op.make(
+        "max",
+        nd,
+        kernel_size,
+        stride,
+        padding,
+        dilation,
+        ceil_mode=ceil_mode,
+        return_indices=return_indices,
+        where=f"{fname}()",
     )
+    if _export.exporting():
+        return _export_pool(
+            fname,
+            nd,
+            rec,
+            input,
+            lambda xx, _w, _b: _max_pool(
+                fname, nd, xx, kernel_size, stride, padding, dilation, ceil_mode, False
+            ),
+        )
+    x, unbatched, k, s, d, pairs, ceil, sizes, outs = _pool_setup(fname, nd, input, rec)
     if x.dtype == torch.bool:
         raise TypeError(f"{fname}(): max pooling does not support bool tensors")
     pool = _MAX_POOL[max(nd, 2)]
@@ -1150,24 +1199,39 @@ def _avg_pool(
     divisor_override: int | None,
     dilation: Any,
 ) -> Tensor:
+    rec = Op.make(
+        "avg",
+        nd,
+        kernel_size,
+        stride,
+        padding,
+        dilation,
+        ceil_mode=ceil_mode,
+        count_include_pad=count_include_pad,
+        divisor_override=divisor_override,
+        where=f"{fname}()",
+    )
+    divisor_override = rec.divisor_override
     if _export.exporting():
-        return _export.avg_pool(
+        return _export_pool(
             fname,
             nd,
+            rec,
             input,
-            kernel_size,
-            stride,
-            padding,
-            ceil_mode,
-            count_include_pad,
-            divisor_override,
-            dilation,
+            lambda xx, _w, _b: _avg_pool(
+                fname,
+                nd,
+                xx,
+                kernel_size,
+                stride,
+                padding,
+                ceil_mode,
+                count_include_pad,
+                divisor_override,
+                dilation,
+            ),
         )
-    if divisor_override is not None:
-        divisor_override = _check_divisor(fname, divisor_override)
-    x, unbatched, k, s, d, pairs, ceil, sizes, outs = _pool_setup(
-        fname, nd, input, kernel_size, stride, padding, dilation, ceil_mode
-    )
+    x, unbatched, k, s, d, pairs, ceil, sizes, outs = _pool_setup(fname, nd, input, rec)
     if x.dtype == torch.bool:
         raise TypeError(f"{fname}(): average pooling does not support bool tensors")
     if nd == 3 and x.device.type == "cpu" and x.dtype in (torch.float16, torch.bfloat16):
@@ -1247,18 +1311,6 @@ def mean_kernel(
     div = divisor_override if divisor_override is not None else math.prod(k)
     weight = torch.full((x.shape[1], 1, *k), 1.0 / div, dtype=x.dtype, device=x.device)
     return F.pad(weight, _torch_pad(kernel_ext)) if any(map(any, kernel_ext)) else weight
-
-
-def _check_divisor(fname: str, value: Any) -> int:
-    from .spec import _as_int
-
-    try:
-        v = _as_int(value, "divisor_override")
-    except TypeError as err:
-        raise TypeError(f"{fname}(): {err}") from None
-    if v == 0:
-        raise PaddingError(f"{fname}(): divisor_override must not be zero, got {value!r}")
-    return v
 
 
 def avg_pool1d(
@@ -1370,15 +1422,28 @@ def _lp_pool(
     padding: PaddingLike,
     dilation: Any,
 ) -> Tensor:
-    if _export.exporting():
-        return _export.lp_pool(
-            fname, nd, input, norm_type, kernel_size, stride, ceil_mode, padding, dilation
-        )
-    if isinstance(norm_type, bool) or not isinstance(norm_type, (int, float)) or norm_type <= 0:
-        raise PaddingError(f"{fname}(): norm_type must be a positive number, got {norm_type!r}")
-    x, unbatched, k, s, d, pairs, ceil, sizes, outs = _pool_setup(
-        fname, nd, input, kernel_size, stride, padding, dilation, ceil_mode
+    rec = Op.make(
+        "lp",
+        nd,
+        kernel_size,
+        stride,
+        padding,
+        dilation,
+        ceil_mode=ceil_mode,
+        norm_type=norm_type,
+        where=f"{fname}()",
     )
+    if _export.exporting():
+        return _export_pool(
+            fname,
+            nd,
+            rec,
+            input,
+            lambda xx, _w, _b: _lp_pool(
+                fname, nd, xx, norm_type, kernel_size, stride, ceil_mode, padding, dilation
+            ),
+        )
+    x, unbatched, k, s, d, pairs, ceil, sizes, outs = _pool_setup(fname, nd, input, rec)
     if not x.dtype.is_floating_point:
         raise TypeError(f"{fname}(): LP pooling needs a floating-point input, got {x.dtype}")
     full = _explicit_pads(sizes, _k_eff(k, d), s, pairs, outs, ceil)

@@ -1253,8 +1253,6 @@ def _avg_init(
         divisor_override=divisor_override,
         where=type(self).__name__,
     )
-    if divisor_override is not None:
-        PF._check_divisor(type(self).__name__, divisor_override)
     if nd == 1:
         base.__init__(self, kernel_size, stride, 0, ceil_mode, count_include_pad)
         self.divisor_override = divisor_override

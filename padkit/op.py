@@ -11,12 +11,13 @@ attribute shows).
 
 from __future__ import annotations
 
+import functools
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from torch import nn
+from torch import compiler, nn
 
 from .spec import (
     Padding,
@@ -164,6 +165,54 @@ class Op:
             PaddingError: the padding (or a size that padding depends on) is malformed.
             ValueError: another argument has an invalid value (groups, divisor_override...).
         """
+        args = (kind, nd, kernel_size, stride, padding, dilation, groups, padding_mode)
+        flags = (ceil_mode, count_include_pad, divisor_override, return_indices)
+        # (torch.compile traces the checks themselves: no Python-side cache there)
+        key = (
+            None
+            if compiler.is_compiling()
+            else _typed((*args, *flags, output_padding, norm_type, where))
+        )
+        if key is not None:
+            return _make_cached(key)
+        return cls._make(
+            kind,
+            nd,
+            kernel_size,
+            stride,
+            padding,
+            dilation,
+            groups=groups,
+            padding_mode=padding_mode,
+            ceil_mode=ceil_mode,
+            count_include_pad=count_include_pad,
+            divisor_override=divisor_override,
+            return_indices=return_indices,
+            output_padding=output_padding,
+            norm_type=norm_type,
+            where=where,
+        )
+
+    @classmethod
+    def _make(
+        cls,
+        kind: str,
+        nd: int,
+        kernel_size: Any,
+        stride: Any,
+        padding: PaddingLike,
+        dilation: Any,
+        *,
+        groups: Any,
+        padding_mode: Any,
+        ceil_mode: Any,
+        count_include_pad: Any,
+        divisor_override: Any,
+        return_indices: Any,
+        output_padding: Any,
+        norm_type: Any,
+        where: str,
+    ) -> Op:
         if kind not in KINDS:
             raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
         try:
@@ -351,6 +400,63 @@ class Op:
     def onnx_padding(self) -> dict[str, Any]:
         """The ONNX attributes for this padding (``auto_pad`` or ``pads``)."""
         return self.padding.to_onnx(self.kernel, self.stride, self.dilation)
+
+
+def _typed(value: Any) -> Any:
+    """A cache key that tells ``1`` from ``1.0`` and ``True`` (equal, and equally hashed, in
+    Python), or None where a value is unhashable (a list) and must be checked uncached."""
+    t = type(value)
+    if t is tuple:
+        items = tuple(_typed(v) for v in value)
+        return None if None in items else (tuple, items)
+    if t is list or t is dict or t is set:
+        return None
+    return (t, value)
+
+
+def _untyped(key: Any) -> Any:
+    t, value = key
+    return tuple(_untyped(v) for v in value) if t is tuple else value
+
+
+@functools.lru_cache(maxsize=4096)
+def _make_cached(key: Any) -> Op:
+    """``Op.make`` for hashable arguments: a layer or function called again with the same
+    arguments gets the same (immutable) record without re-checking them."""
+    (
+        kind,
+        nd,
+        kernel,
+        stride,
+        padding,
+        dilation,
+        groups,
+        mode,
+        ceil,
+        include,
+        divisor,
+        indices,
+        output_padding,
+        norm_type,
+        where,
+    ) = _untyped(key)
+    return Op._make(
+        kind,
+        nd,
+        kernel,
+        stride,
+        padding,
+        dilation,
+        groups=groups,
+        padding_mode=mode,
+        ceil_mode=ceil,
+        count_include_pad=include,
+        divisor_override=divisor,
+        return_indices=indices,
+        output_padding=output_padding,
+        norm_type=norm_type,
+        where=where,
+    )
 
 
 # ----------------------------------------------------------------------------- module kinds
