@@ -24,10 +24,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from .op import Op, pads_same_every_forward
 from .spec import (
     Padding,
     PaddingError,
-    _tuple_of,
     conv_output_size,
     conv_transpose_output_size,
     pool_output_size,
@@ -304,80 +304,39 @@ def _timm_classes(module_name: str, *names: str) -> tuple[type, ...]:
     return tuple(c for c in (getattr(mod, n, None) for n in names) if isinstance(c, type))
 
 
+_INSPECT_KIND = {
+    "conv": "conv",
+    "conv_transpose": "conv_transpose",
+    "max": "max_pool",
+    "avg": "avg_pool",
+    "lp": "lp_pool",
+}
+
+
 def _torch_facts(m: Any) -> _Facts | None:
-    from torch import nn
-
-    from . import nn as pnn
-
-    convs = (nn.Conv1d, nn.Conv2d, nn.Conv3d)
-    conv_ts = (nn.ConvTranspose1d, nn.ConvTranspose2d, nn.ConvTranspose3d)
-    maxes = (nn.MaxPool1d, nn.MaxPool2d, nn.MaxPool3d)
-    avgs = (nn.AvgPool1d, nn.AvgPool2d, nn.AvgPool3d)
-    lps = (nn.LPPool1d, nn.LPPool2d, nn.LPPool3d)
-    kind = None
-    for classes, name in (
-        (conv_ts, "conv_transpose"),
-        (convs, "conv"),
-        (maxes, "max_pool"),
-        (avgs, "avg_pool"),
-        (lps, "lp_pool"),
-    ):
-        for nd, cls in enumerate(classes, start=1):
-            if isinstance(m, cls):
-                kind = (name, nd)
-                break
-        if kind is not None:
-            break
-    if kind is None:
+    rec = Op.from_module(m, subclasses=True)
+    if rec is None:
         return None
-    name, nd = kind
-    source = type(m).__module__.split(".")[0]
-    kernel = _tuple_of(m.kernel_size, nd, "kernel_size")
-    stride = kernel if m.stride is None else _tuple_of(m.stride, nd, "stride")
-    dilation = _tuple_of(getattr(m, "dilation", 1), nd, "dilation")
-    timm_same = isinstance(
-        m,
-        _timm_classes("timm.layers.conv2d_same", "Conv2dSame", "Conv2dSameExport")
-        + _timm_classes("timm.layers.pool2d_same", "MaxPool2dSame", "AvgPool2dSame"),
-    ) or bool(getattr(m, "same_pad", False))  # timm StdConv2dSame / ScaledStdConv2dSame
-    is_padkit = isinstance(getattr(m, "pad_spec", None), Padding) and type(m).__module__ == (
-        pnn.__name__
-    )
-    if timm_same:
-        spec = Padding.parse("same", nd)
-    elif is_padkit:
-        spec = m.pad_spec.expand(nd)
-    else:
-        pad = getattr(m, "padding", 0)
-        if isinstance(pad, str):
-            # torch's 'same' is static: total k_eff - 1, the odd pixel at the end
-            pad = "same_static" if pad == "same" else pad
-        spec = Padding.parse(pad, nd)
-    mode = getattr(m, "padding_mode", "zeros")
-    mode_text = (
-        mode if isinstance(mode, str) else (",".join(mode) if len(set(mode)) > 1 else mode[0])
-    )
+    name = _INSPECT_KIND[rec.kind]
+    timm_same = pads_same_every_forward(m)
+    mode = rec.padding_mode
     cip = None
     if name == "avg_pool":
         # timm's AvgPool2dSame zero-pads first: the pad is counted whatever the flag says
-        cip = True if timm_same else bool(m.count_include_pad)
+        cip = True if timm_same else rec.count_include_pad
     return _Facts(
         kind=name,
-        nd=nd,
-        source=source,
-        kernel=kernel,
-        stride=stride,
-        dilation=dilation,
-        spec=spec,
-        ceil_mode=bool(getattr(m, "ceil_mode", False)) and name.endswith("pool"),
+        nd=rec.nd,
+        source=type(m).__module__.split(".")[0],
+        kernel=rec.kernel,
+        stride=rec.stride,
+        dilation=rec.dilation,
+        spec=rec.padding,
+        ceil_mode=rec.ceil_mode and rec.is_pool,
         count_include_pad=cip,
-        padding_mode=mode_text,
+        padding_mode=mode if isinstance(mode, str) else ",".join(mode),
         timm_same=timm_same,
-        output_padding=(
-            _tuple_of(m.output_padding, nd, "output_padding", minimum=0)
-            if name == "conv_transpose"
-            else None
-        ),
+        output_padding=rec.output_padding if name == "conv_transpose" else None,
     )
 
 

@@ -30,7 +30,14 @@ from .spec import (
     pool_output_size,
 )
 
-__all__ = ["KINDS", "PADDING_MODES", "Op", "check_output_padding", "check_padding_mode"]
+__all__ = [
+    "KINDS",
+    "PADDING_MODES",
+    "TORCH_KINDS",
+    "Op",
+    "check_output_padding",
+    "check_padding_mode",
+]
 
 #: The op kinds: convolution, transposed convolution, and max/average/power-average pooling.
 KINDS: tuple[str, ...] = ("conv", "conv_transpose", "max", "avg", "lp")
@@ -280,26 +287,28 @@ class Op:
         return record
 
     @classmethod
-    def from_module(cls, module: Any, *, where: str = "") -> Op | None:
+    def from_module(cls, module: Any, *, where: str = "", subclasses: bool = False) -> Op | None:
         """The record of a torch, timm or padkit conv/pool (live attributes), else None.
 
         A torch layer's ``padding='same'`` reads as ``'same_static'`` (torch's split, odd
         pixel at the end) and ``'valid'`` as 0; a padkit layer's padding is its spec; timm's
-        ``Conv2dSame``/``MaxPool2dSame``/``AvgPool2dSame`` read as TF ``'same'``. A subclass
-        that overrides ``forward`` (other than padkit's own layers) is foreign: None.
+        ``Conv2dSame``/``MaxPool2dSame``/``AvgPool2dSame`` (and layers flagged ``same_pad``,
+        such as ``StdConv2dSame``) read as TF ``'same'``. A subclass that overrides
+        ``forward`` (other than padkit's own layers) is foreign: None, unless
+        ``subclasses=True`` asks for what its attributes say (inspection).
         """
-        found = _kind_of(module)
+        found = _kind_of(module, subclasses=subclasses)
         if found is None:
             return None
         kind, nd = found
         m: Any = module
         spec: PaddingLike
-        if _timm_same(module):
+        if pads_same_every_forward(module):
             spec = "same"
         elif isinstance(getattr(m, "pad_spec", None), Padding):
             spec = m.pad_spec
         else:
-            spec = m.padding
+            spec = getattr(m, "padding", 0)  # torch's LPPool has none
             if isinstance(spec, str):
                 spec = "same_static" if spec == "same" else spec
         common: dict[str, Any] = {"where": where or type(module).__name__}
@@ -461,7 +470,8 @@ def _make_cached(key: Any) -> Op:
 
 # ----------------------------------------------------------------------------- module kinds
 
-_TORCH_KINDS: dict[type, tuple[str, int]] = {
+#: torch's conv and pool classes: (kind, number of spatial axes)
+TORCH_KINDS: dict[type, tuple[str, int]] = {
     nn.Conv1d: ("conv", 1),
     nn.Conv2d: ("conv", 2),
     nn.Conv3d: ("conv", 3),
@@ -480,8 +490,15 @@ _TORCH_KINDS: dict[type, tuple[str, int]] = {
 }
 
 
+def pads_same_every_forward(module: Any) -> bool:
+    """timm's layers that pad TF ``'same'`` on every forward (only if timm is imported), and
+    layers that say so with ``same_pad=True`` (timm's ``StdConv2dSame`` family)."""
+    if getattr(module, "same_pad", False) is True:
+        return True
+    return _timm_same(module)
+
+
 def _timm_same(module: Any) -> bool:
-    """timm's layers that pad TF ``'same'`` on every forward (only if timm is imported)."""
     name = type(module).__name__
     where = {
         "Conv2dSame": "timm.layers.conv2d_same",
@@ -493,13 +510,14 @@ def _timm_same(module: Any) -> bool:
     return mod is not None and getattr(mod, name, None) is type(module)
 
 
-def _kind_of(module: Any) -> tuple[str, int] | None:
-    """(kind, nd) of a torch/padkit conv or pool whose forward is torch's or padkit's own."""
+def _kind_of(module: Any, *, subclasses: bool = False) -> tuple[str, int] | None:
+    """(kind, nd) of a torch/padkit conv or pool whose forward is torch's or padkit's own
+    (any subclass with ``subclasses=True``)."""
     for base in type(module).__mro__:
-        found = _TORCH_KINDS.get(base)
+        found = TORCH_KINDS.get(base)
         if found is None:
             continue
-        if _timm_same(module) or _own_forward(type(module), base):
+        if subclasses or _timm_same(module) or _own_forward(type(module), base):
             return found
         return None
     return None

@@ -10,10 +10,9 @@ from typing import Any
 from torch import nn
 
 from .. import nn as PN
+from ..op import TORCH_KINDS, Op
 from ..spec import (
-    Padding,
     PaddingError,
-    _tuple_of,
 )
 
 #: What ``convert(padding=...)`` accepts: a same-family rule, or PyTorch-style symmetric pads.
@@ -140,14 +139,6 @@ def _timm_same_pools() -> tuple[type, ...]:
 
 # ----------------------------------------------------------------------------- layer facts
 
-_CONV: dict[type, int] = {nn.Conv1d: 1, nn.Conv2d: 2, nn.Conv3d: 3}
-_MAX: dict[type, int] = {nn.MaxPool1d: 1, nn.MaxPool2d: 2, nn.MaxPool3d: 3}
-_AVG: dict[type, int] = {nn.AvgPool1d: 1, nn.AvgPool2d: 2, nn.AvgPool3d: 3}
-_LP: dict[type, int] = {nn.LPPool1d: 1, nn.LPPool2d: 2, nn.LPPool3d: 3}
-_PK_CONV: dict[type, int] = {PN.Conv1d: 1, PN.Conv2d: 2, PN.Conv3d: 3}
-_PK_MAX: dict[type, int] = {PN.MaxPool1d: 1, PN.MaxPool2d: 2, PN.MaxPool3d: 3}
-_PK_AVG: dict[type, int] = {PN.AvgPool1d: 1, PN.AvgPool2d: 2, PN.AvgPool3d: 3}
-_PK_LP: dict[type, int] = {PN.LPPool1d: 1, PN.LPPool2d: 2, PN.LPPool3d: 3}
 _BUILD: dict[tuple[str, int], type[nn.Module]] = {
     ("conv", 1): PN.Conv1d,
     ("conv", 2): PN.Conv2d,
@@ -162,83 +153,28 @@ _BUILD: dict[tuple[str, int], type[nn.Module]] = {
     ("lp", 2): PN.LPPool2d,
     ("lp", 3): PN.LPPool3d,
 }
+#: the padkit classes surgery builds, and the torch classes of the same kinds
+_PADKIT: dict[type, tuple[str, int]] = {cls: key for key, cls in _BUILD.items()}
+_TORCH: dict[type, tuple[str, int]] = {
+    cls: key for cls, key in TORCH_KINDS.items() if key[0] != "conv_transpose"
+}
+_CONV: dict[type, int] = {cls: nd for cls, (kind, nd) in _TORCH.items() if kind == "conv"}
 
-
-@dataclass(frozen=True)
-class _Layer:
-    """The padding-relevant facts of a conv or pool, in padkit's terms."""
-
-    kind: str  # "conv", "max", "avg" or "lp"
-    nd: int
-    kernel: tuple[int, ...]
-    stride: tuple[int, ...]
-    dilation: tuple[int, ...]
-    padding: Padding
-    ceil_mode: bool = False
-    count_include_pad: bool = True
-    divisor_override: int | None = None
-    return_indices: bool = False
-    padding_mode: Any = "zeros"
-
-    def static_pairs(self) -> tuple[tuple[int, int], ...] | None:
-        """The pads when they do not depend on the input size (no Caffe ceil rounding)."""
-        if self.padding.ceil_mode or self.padding.needs_input_size(self.stride):
-            return None
-        return self.padding.resolve(self.kernel, self.stride, self.dilation)
-
-    def pairs_at(self, sizes: Sequence[int]) -> tuple[tuple[int, int], ...]:
-        return self.padding.resolve(self.kernel, self.stride, self.dilation, tuple(sizes))
+#: the facts of a checked conv or pool (surgery's name for padkit's record)
+_Layer = Op
 
 
 def _layer_kind(module: nn.Module) -> tuple[str, int] | None:
     """(kind, nd) for a torch or padkit conv/pool of exactly that class, else None."""
     t = type(module)
-    for table, kind in (
-        (_CONV, "conv"),
-        (_PK_CONV, "conv"),
-        (_MAX, "max"),
-        (_PK_MAX, "max"),
-        (_AVG, "avg"),
-        (_PK_AVG, "avg"),
-        (_LP, "lp"),
-        (_PK_LP, "lp"),
-    ):
-        if t in table:
-            return kind, table[t]
-    return None
+    return _TORCH.get(t) or _PADKIT.get(t)
 
 
-def _layer(module: nn.Module) -> _Layer | None:
-    """The facts of a torch or padkit conv/pool (exact classes only; subclasses are foreign)."""
-    found = _layer_kind(module)
-    if found is None:
+def _layer(module: nn.Module) -> Op | None:
+    """The record of a torch or padkit conv/pool (exact classes only; subclasses are foreign)."""
+    if _layer_kind(module) is None:
         return None
-    kind, nd = found
-    m: Any = module
-    kernel = _tuple_of(m.kernel_size, nd, "kernel_size")
-    stride = kernel if m.stride is None else _tuple_of(m.stride, nd, "stride")
-    dilation = _tuple_of(getattr(m, "dilation", 1), nd, "dilation")
-    spec = getattr(m, "pad_spec", None)
-    if not isinstance(spec, Padding):
-        pad = getattr(m, "padding", 0)
-        if isinstance(pad, str):
-            # torch convs: 'same' is the static split (odd pixel at the end), 'valid' is 0
-            pad = "same_static" if pad == "same" else pad
-        spec = Padding.parse(pad, nd)
-    if kind == "conv":
-        return _Layer(kind, nd, kernel, stride, dilation, spec, padding_mode=m.padding_mode)
-    return _Layer(
-        kind,
-        nd,
-        kernel,
-        stride,
-        dilation,
-        spec,
-        ceil_mode=bool(m.ceil_mode),
-        count_include_pad=bool(getattr(m, "count_include_pad", True)),
-        divisor_override=getattr(m, "divisor_override", None),
-        return_indices=bool(getattr(m, "return_indices", False)),
-    )
+    return Op.from_module(module)
 
 
 def _build(layer: _Layer, old: nn.Module) -> nn.Module:
@@ -307,7 +243,7 @@ def _pads_text(layer: _Layer) -> str:
 def _brief(module: nn.Module, layer: _Layer | None = None) -> str:
     """``'Conv2d k=(3, 3) s=(2, 2) d=(1, 1) pads=((1, 1), (1, 1))'`` and the like."""
     name = type(module).__name__
-    if any(type(module) in table for table in (_PK_CONV, _PK_MAX, _PK_AVG, _PK_LP)):
+    if type(module) in _PADKIT:
         name = "padkit." + name
     layer = layer if layer is not None else _layer(module)
     if layer is None:
