@@ -443,6 +443,37 @@ def _narrow_out(out: Tensor, plan: Plan) -> Tensor:
     return out
 
 
+def run_pool_plan(plan: Plan, rec: Op, x: Tensor, *, mean_weight: Tensor | None = None) -> Any:
+    """Execute a max or average pool :class:`~padkit.plan.Plan` that runs torch's own pool
+    (``native``, ``ceil_mode``, ``crop``) or, for an average, a depthwise conv with a
+    constant kernel (``zero_extend``; ``mean_weight`` is that kernel where the caller caches
+    it) on a batched input of ``rec``'s op. ``explicit`` plans pad first and are the pool
+    functions' own business. Returns ``(out, indices)`` for a max pool that asks for them.
+    """
+    nd = rec.nd
+    if plan.strategy == "zero_extend":  # average pools only
+        weight = mean_weight
+        if weight is None:
+            weight = mean_kernel(x, rec.kernel, plan.kernel_ext, rec.divisor_override)
+        return _CONV[nd](x, weight, None, rec.stride, plan.native_padding, 1, x.shape[1])
+    k, s = _lift(nd, rec.kernel, 1), _lift(nd, rec.stride, 1)
+    p = _lift(nd, plan.native_padding, 0)
+    if rec.kind == "avg":
+        out = _AVG_POOL[max(nd, 2)](
+            _to2d(x, nd), k, s, p, plan.ceil_mode, rec.count_include_pad, rec.divisor_override
+        )
+        return _from2d_narrow(out, nd, plan) if plan.strategy == "crop" else _from2d(out, nd)
+    d = _lift(nd, rec.dilation, 1)
+    if rec.return_indices:
+        res = _MAX_POOL[max(nd, 2)](_to2d(x, nd), k, s, p, d, plan.ceil_mode, True)
+        if plan.strategy == "crop":
+            return tuple(_from2d_narrow(r, nd, plan) for r in res)
+        return _from2d(res[0], nd), _from2d(res[1], nd)
+    pool = torch.max_pool3d if nd == 3 else torch.max_pool2d
+    out = pool(_to2d(x, nd), k, s, p, d, plan.ceil_mode)
+    return _from2d_narrow(out, nd, plan) if plan.strategy == "crop" else _from2d(out, nd)
+
+
 def conv1d(
     input: Tensor,
     weight: Tensor,
@@ -1054,52 +1085,32 @@ def _max_pool(
         symbolic=_symbolic(sizes),
     )
     if plan.strategy != "explicit":
-        res = pool(
-            _to2d(x, nd),
-            _lift(nd, k, 1),
-            _lift(nd, s, 1),
-            _lift(nd, plan.native_padding, 0),
-            _lift(nd, d, 1),
-            plan.ceil_mode,
-            return_indices,
-        )
-        if plan.strategy == "crop":
-            res = (
-                tuple(_from2d_narrow(r, nd, plan) for r in res)
-                if return_indices
-                else _from2d_narrow(res, nd, plan)
-            )
-            nd_done = True
-        else:
-            nd_done = False
-    else:
-        nd_done = False
-        full = _explicit_pads(sizes, _k_eff(k, d), s, pairs, outs, ceil)
-        xp = _pad_windows(x, full, _lowest(x.dtype))
-        res = pool(
-            _to2d(xp, nd),
-            _lift(nd, k, 1),
-            _lift(nd, s, 1),
-            0,
-            _lift(nd, d, 1),
-            False,
-            return_indices,
-        )
-        if return_indices:
-            if not _compiling():
-                counts = _divisor(sizes, k, s, d, pairs, outs, False)
-                if any(0 in c for c in counts):
-                    axis = next(i for i, c in enumerate(counts) if 0 in c)
-                    raise PaddingError(
-                        f"{fname}(): with pads {pairs[axis]} a window on spatial axis {axis} "
-                        "holds only padding, so it has no input index; use smaller pads or "
-                        "return_indices=False"
-                    )
-            res = (res[0], _unpad_indices(res[1], nd, xp.shape[2:], sizes, full))
-    if nd_done:
+        res = run_pool_plan(plan, rec, x)
         if return_indices:
             return (res[0].squeeze(0), res[1].squeeze(0)) if unbatched else res
         return res.squeeze(0) if unbatched else res
+    full = _explicit_pads(sizes, _k_eff(k, d), s, pairs, outs, ceil)
+    xp = _pad_windows(x, full, _lowest(x.dtype))
+    res = pool(
+        _to2d(xp, nd),
+        _lift(nd, k, 1),
+        _lift(nd, s, 1),
+        0,
+        _lift(nd, d, 1),
+        False,
+        return_indices,
+    )
+    if return_indices:
+        if not _compiling():
+            counts = _divisor(sizes, k, s, d, pairs, outs, False)
+            if any(0 in c for c in counts):
+                axis = next(i for i, c in enumerate(counts) if 0 in c)
+                raise PaddingError(
+                    f"{fname}(): with pads {pairs[axis]} a window on spatial axis {axis} "
+                    "holds only padding, so it has no input index; use smaller pads or "
+                    "return_indices=False"
+                )
+        res = (res[0], _unpad_indices(res[1], nd, xp.shape[2:], sizes, full))
     if return_indices:
         out, idx = _from2d(res[0], nd), _from2d(res[1], nd)
         return (out.squeeze(0), idx.squeeze(0)) if unbatched else (out, idx)
@@ -1256,23 +1267,9 @@ def _avg_pool(
         cache=not _compiling(),
         symbolic=_symbolic(sizes),
     )
-    if plan.strategy == "zero_extend":
-        weight = mean_kernel(x, k, plan.kernel_ext, divisor_override)
-        out = _CONV[nd](x, weight, None, s, plan.native_padding, 1, x.shape[1])
-        return out.squeeze(0) if unbatched else out
     if plan.strategy != "explicit":
-        pool = _AVG_POOL[max(nd, 2)]
-        out = pool(
-            _to2d(x, nd),
-            _lift(nd, k, 1),
-            _lift(nd, s, 1),
-            _lift(nd, plan.native_padding, 0),
-            plan.ceil_mode,
-            count_include_pad,
-            divisor_override,
-        )
-        out = _from2d_narrow(out, nd, plan) if plan.strategy == "crop" else _from2d(out, nd)
-        return out.squeeze(0) if unbatched else out
+        pooled: Tensor = run_pool_plan(plan, rec, x)
+        return pooled.squeeze(0) if unbatched else pooled
     full = _explicit_pads(sizes, _k_eff(k, d), s, pairs, outs, ceil)
     total = _window_sum(x, nd, k, s, d, full)
     if divisor_override is not None:

@@ -969,44 +969,20 @@ def _pool_fast(layer: Any, x: Tensor, op: str) -> _FastFn | None:
     plan = layer.plan(tuple(x.shape), channels_last=PF.channels_last(x))
     if plan.strategy == "explicit":
         return None
-    k = PF._lift(nd, rec.kernel, 1)
-    s = PF._lift(nd, rec.stride, 1)
-    p = PF._lift(nd, plan.native_padding, 0)
-    ceil = plan.ceil_mode
-    crop = plan.strategy == "crop"
-
-    def finish(out: Tensor) -> Tensor:
-        out = PF._from2d(out, nd)
-        return PF._narrow_out(out, plan) if crop else out
-
-    if op == "avg_pool" and plan.strategy == "zero_extend":
-        conv, native = PF._CONV[nd], plan.native_padding
+    if plan.strategy == "zero_extend":  # an average pool as a depthwise conv
         weights: dict[tuple[Any, ...], Tensor] = {}
-        divisor = rec.divisor_override
 
         def as_conv(x: Tensor) -> Tensor:
             key = (x.shape[1], x.dtype, x.device)
             w = weights.get(key)
             if w is None:
-                w = weights[key] = PF.mean_kernel(x, rec.kernel, plan.kernel_ext, divisor)
-            return conv(x, w, None, s[-nd:], native, 1, x.shape[1])
+                w = weights[key] = PF.mean_kernel(
+                    x, rec.kernel, plan.kernel_ext, rec.divisor_override
+                )
+            return PF.run_pool_plan(plan, rec, x, mean_weight=w)  # type: ignore[no-any-return]
 
         return as_conv
-    if op == "avg_pool":
-        pool = PF._AVG_POOL[max(nd, 2)]
-        include, div = rec.count_include_pad, rec.divisor_override
-        return lambda x: finish(pool(PF._to2d(x, nd), k, s, p, ceil, include, div))
-    d = PF._lift(nd, rec.dilation, 1)
-    if rec.return_indices:
-        mp = PF._MAX_POOL[max(nd, 2)]
-
-        def with_indices(x: Tensor) -> tuple[Tensor, Tensor]:
-            out, idx = mp(PF._to2d(x, nd), k, s, p, d, ceil, True)
-            return finish(out), finish(idx)
-
-        return with_indices
-    mp = torch.max_pool3d if nd == 3 else torch.max_pool2d
-    return lambda x: finish(mp(PF._to2d(x, nd), k, s, p, d, ceil))
+    return lambda x: PF.run_pool_plan(plan, rec, x)
 
 
 def _pool_forward(layer: Any, input: Tensor, op: str, full: Callable[[Tensor], Any]) -> Any:
