@@ -742,7 +742,7 @@ def conv_transpose1d(
 
     Example:
         >>> x = torch.tensor([[[1.0, 2.0, 3.0]]])
-        >>> conv_transpose1d(x, torch.ones(1, 1, 3), stride=2, padding="same")   # T11
+        >>> conv_transpose1d(x, torch.ones(1, 1, 3), stride=2, padding="same")
         tensor([[[1., 1., 3., 2., 5., 3.]]])
     """
     return _conv_transpose(
@@ -1327,7 +1327,7 @@ def avg_pool1d(
 
     Example:
         >>> x = torch.arange(1.0, 9.0).view(1, 1, 8)
-        >>> avg_pool1d(x, 3, 2, padding="same", count_include_pad=False)   # TF SAME, T8
+        >>> avg_pool1d(x, 3, 2, padding="same", count_include_pad=False)   # TF SAME
         tensor([[[2.0000, 4.0000, 6.0000, 7.5000]]])
     """
     return _avg_pool(
@@ -1358,7 +1358,7 @@ def avg_pool2d(
 
     Example:
         >>> avg_pool2d(torch.ones(1, 1, 4, 4), 2, 1, padding=((0, 1), (0, 1)),
-        ...            count_include_pad=False).unique()   # T19 done right
+        ...            count_include_pad=False).unique()   # every window's own count
         tensor([1.])
     """
     return _avg_pool(

@@ -1287,7 +1287,7 @@ class AvgPool2d(_AvgPoolMixin, nn.AvgPool2d):
 
     Example:
         >>> pool = AvgPool2d(2, 1, padding=((0, 1), (0, 1)), count_include_pad=False)
-        >>> pool(torch.ones(1, 1, 4, 4)).unique()                     # all 1, unlike T19
+        >>> pool(torch.ones(1, 1, 4, 4)).unique()  # all 1: the pads are not counted
         tensor([1.])
     """
 

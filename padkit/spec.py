@@ -782,7 +782,7 @@ def resolve_padding(
     Raises :class:`PaddingError` when the rule needs ``input_size`` and none is given.
 
     Example:
-        >>> resolve_padding("same", kernel_size=3, stride=2, input_size=8)   # TF SAME, T1
+        >>> resolve_padding("same", kernel_size=3, stride=2, input_size=8)
         ((0, 1),)
         >>> resolve_padding("same_static", kernel_size=3, stride=2)
         ((1, 1),)
@@ -812,7 +812,7 @@ def pool_output_size(
     In ceil mode a window that would start in the right padding is dropped.
 
     Example:
-        >>> pool_output_size(5, 2, 2, lo=1, hi=1, ceil_mode=True)   # T6
+        >>> pool_output_size(5, 2, 2, lo=1, hi=1, ceil_mode=True)
         3
     """
     k_eff = d * (k - 1) + 1
@@ -831,7 +831,7 @@ def conv_transpose_output_size(
     """Output length of a transposed conv that crops ``(lo, hi)`` from the full output.
 
     Example:
-        >>> conv_transpose_output_size(3, 3, 2, lo=0, hi=1)   # TF 'SAME', T11
+        >>> conv_transpose_output_size(3, 3, 2, lo=0, hi=1)   # TF 'SAME'
         6
     """
     return (n - 1) * s + d * (k - 1) + 1 - lo - hi + output_padding

@@ -87,7 +87,7 @@ def _exact_replacement(module: nn.Module) -> tuple[_Layer, str] | None:
         )
         return layer, (
             "TF SAME with the pad counted, as timm computes it whatever its count_include_pad "
-            f"({m.count_include_pad}) says (TF/Keras exclude it: conventions T8)"
+            f"({m.count_include_pad}) says (TF/Keras exclude it)"
         )
     found = _layer_kind(module)
     if found is not None and found[0] == "conv" and t in _CONV and m.padding == "same":
