@@ -303,7 +303,8 @@ class Op:
         kind, nd = found
         m: Any = module
         spec: PaddingLike
-        if pads_same_every_forward(module):
+        timm_same = pads_same_every_forward(module)
+        if timm_same:
             spec = "same"
         elif isinstance(getattr(m, "pad_spec", None), Padding):
             spec = m.pad_spec
@@ -336,7 +337,9 @@ class Op:
             ceil_mode=m.ceil_mode,
             count_include_pad=getattr(m, "count_include_pad", True),
             divisor_override=getattr(m, "divisor_override", None),
-            return_indices=getattr(m, "return_indices", False),
+            # timm's MaxPool2dSame hands its ceil_mode to torch as return_indices, and its
+            # forward never returns indices
+            return_indices=getattr(m, "return_indices", False) and not timm_same,
             norm_type=getattr(m, "norm_type", None),
             **common,
         )

@@ -11,6 +11,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from ..op import Op
 from ..spec import (
     Padding,
     PaddingError,
@@ -47,45 +48,20 @@ def _exact_replacement(module: nn.Module) -> tuple[_Layer, str] | None:
     """The padkit layer that computes what a padding-on-every-forward layer computes."""
     m: Any = module
     t = type(module)
-    if t in _timm_same_convs():
-        layer = _Layer(
-            "conv",
-            2,
-            _tuple_of(m.kernel_size, 2, "kernel_size"),
-            _tuple_of(m.stride, 2, "stride"),
-            _tuple_of(m.dilation, 2, "dilation"),
-            Padding.parse("same", 2),
-            padding_mode="zeros",
-        )
-        note = "TF SAME resolved per input size, as timm pads on every forward"
-        if t.__name__ == "Conv2dSameExport":
-            note += " (timm's export variant caches its first input size's pad; padkit does not)"
-        return layer, note
-    if t in _timm_same_pools():
-        k = _tuple_of(m.kernel_size, 2, "kernel_size")
-        s = k if m.stride is None else _tuple_of(m.stride, 2, "stride")
+    if t in _timm_same_convs() or t in _timm_same_pools():
+        rec = Op.from_module(module)  # timm's same-padding layers read as TF 'same'
+        if rec is None:  # pragma: no cover - timm's classes subclass torch's
+            return None
+        if t.__name__.startswith("Conv2dSame"):
+            note = "TF SAME resolved per input size, as timm pads on every forward"
+            if t.__name__ == "Conv2dSameExport":
+                note += (
+                    " (timm's export variant caches its first input size's pad; padkit does not)"
+                )
+            return rec, note
         if t.__name__ == "MaxPool2dSame":
-            layer = _Layer(
-                "max",
-                2,
-                k,
-                s,
-                _tuple_of(m.dilation, 2, "dilation"),
-                Padding.parse("same", 2),
-                ceil_mode=bool(m.ceil_mode),
-            )
-            return layer, "TF SAME; timm pads with -inf, padkit's pads never win"
-        layer = _Layer(
-            "avg",
-            2,
-            k,
-            s,
-            (1, 1),
-            Padding.parse("same", 2),
-            ceil_mode=bool(m.ceil_mode),
-            count_include_pad=True,
-        )
-        return layer, (
+            return rec, "TF SAME; timm pads with -inf, padkit's pads never win"
+        return replace(rec, count_include_pad=True), (
             "TF SAME with the pad counted, as timm computes it whatever its count_include_pad "
             f"({m.count_include_pad}) says (TF/Keras exclude it)"
         )
