@@ -53,6 +53,7 @@ __all__ = [
 _SUBMODULES = (
     "nn",
     "functional",
+    "op",
     "plan",
     "surgery",
     "streaming",
