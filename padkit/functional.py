@@ -21,11 +21,13 @@ from torch import Tensor
 from . import _export
 from .plan import Plan, plan_conv, plan_pool
 from .spec import (
+    TRANSPOSE_RULES,
     Padding,
     PaddingError,
     PaddingLike,
     _tuple_of,
     conv_transpose_output_size,
+    conv_transpose_padding,
     pool_output_size,
 )
 
@@ -543,6 +545,57 @@ def transpose_crops(
     return tuple(out)
 
 
+def transpose_args(
+    where: str,
+    nd: int,
+    padding: PaddingLike,
+    output_padding: Any,
+    k: Sequence[int],
+    s: Any,
+    d: Any,
+) -> tuple[PaddingLike, Any]:
+    """A transposed conv's ``padding`` and ``output_padding`` in padkit's (torch's) meaning.
+
+    A framework-named rule (:data:`padkit.TRANSPOSE_RULES`: ``"keras_same"``, ...) becomes
+    explicit crops and an output padding, with that framework's meaning of
+    ``output_padding`` (``None``: not given). Otherwise ``None`` is 0, and ``"same"`` or
+    ``"same_lower"`` with a nonzero output padding is refused: Keras and ONNX give it
+    different output lengths, so the caller must name one.
+    """
+    if isinstance(padding, str) and padding.lower() in TRANSPOSE_RULES:
+        try:
+            return conv_transpose_padding(padding, k, s, d, output_padding, ndim=nd)
+        except (PaddingError, TypeError) as err:
+            raise type(err)(f"{where}: {err}") from None
+    if output_padding is None:
+        return padding, 0
+    if (isinstance(output_padding, int) and not output_padding) or isinstance(padding, int):
+        return padding, output_padding
+    spec = _parse(padding, nd, where.rstrip("()"))
+    if not any(rule in ("same", "same_lower") for rule in spec.axes):
+        return padding, output_padding
+    try:
+        op = _tuple_of(output_padding, nd, "output_padding", minimum=0)
+    except (PaddingError, TypeError) as err:
+        raise type(err)(f"{where}: {err}") from None
+    for i, (rule, o) in enumerate(zip(spec.axes, op)):
+        if o and rule == "same":
+            raise PaddingError(
+                f"{where}: padding 'same' with output_padding={output_padding!r} (axis {i}) has "
+                "no single meaning: Keras Conv*DTranspose gives (n-1)*stride + k_eff%2 + "
+                "output_padding, ONNX ConvTranspose auto_pad=SAME_UPPER gives n*stride. Name "
+                "the rule: padding='keras_same' or 'onnx_same_upper' (or give explicit crops "
+                "as torch does)"
+            )
+        if o and rule == "same_lower":
+            raise PaddingError(
+                f"{where}: padding 'same_lower' with output_padding={output_padding!r} "
+                f"(axis {i}) is ambiguous; for ONNX ConvTranspose auto_pad=SAME_LOWER use "
+                "padding='onnx_same_lower' (or give explicit crops as torch does)"
+            )
+    return padding, output_padding
+
+
 def _conv_transpose(
     fname: str,
     nd: int,
@@ -556,6 +609,11 @@ def _conv_transpose(
     dilation: Any,
     output_size: Sequence[int] | None = None,
 ) -> Tensor:
+    # (a weight of the wrong rank is refused below, with its shape)
+    kernel = tuple(int(v) for v in weight.shape[2:]) if weight.dim() == nd + 2 else (1,) * nd
+    padding, output_padding = transpose_args(
+        f"{fname}()", nd, padding, output_padding, kernel, stride, dilation
+    )
     if _export.exporting():
         return _export.conv_transpose(
             fname,
@@ -691,7 +749,7 @@ def conv_transpose1d(
     bias: Tensor | None = None,
     stride: int | Sequence[int] = 1,
     padding: PaddingLike = 0,
-    output_padding: int | Sequence[int] = 0,
+    output_padding: int | Sequence[int] | None = None,
     groups: int = 1,
     dilation: int | Sequence[int] = 1,
     *,
@@ -725,7 +783,7 @@ def conv_transpose2d(
     bias: Tensor | None = None,
     stride: int | Sequence[int] = 1,
     padding: PaddingLike = 0,
-    output_padding: int | Sequence[int] = 0,
+    output_padding: int | Sequence[int] | None = None,
     groups: int = 1,
     dilation: int | Sequence[int] = 1,
     *,
@@ -759,7 +817,7 @@ def conv_transpose3d(
     bias: Tensor | None = None,
     stride: int | Sequence[int] = 1,
     padding: PaddingLike = 0,
-    output_padding: int | Sequence[int] = 0,
+    output_padding: int | Sequence[int] | None = None,
     groups: int = 1,
     dilation: int | Sequence[int] = 1,
     *,
@@ -1172,6 +1230,31 @@ def max_pool3d(
 # ----------------------------------------------------------------------------- avg pool
 
 
+def default_count_include_pad(padding: PaddingLike, nd: int, where: str) -> bool:
+    """Whether an average pool counts its pads when ``count_include_pad`` is not given.
+
+    The padding names the convention: TF/ONNX rules (``"same"``, ``"same_lower"``) leave
+    the pads out of the divisor, as TensorFlow and ONNX (whose ``count_include_pad``
+    defaults to 0) do; torch ints and pairs, and every other rule, count them, as torch
+    does. A padding that mixes a TF/ONNX rule with nonzero explicit pads has no single
+    convention and is refused: pass ``count_include_pad``.
+    """
+    if isinstance(padding, int) and not isinstance(padding, bool):
+        return True
+    spec = _parse(padding, nd, where.rstrip("()"))
+    tf_axes = [i for i, rule in enumerate(spec.axes) if rule in ("same", "same_lower")]
+    if not tf_axes:
+        return True
+    torch_axes = [i for i, rule in enumerate(spec.axes) if isinstance(rule, tuple) and any(rule)]
+    if torch_axes:
+        raise PaddingError(
+            f"{where}: padding {spec.describe()} mixes a TF/ONNX rule (axis {tf_axes[0]}: pads "
+            f"left out of the divisor) with torch pads (axis {torch_axes[0]}: pads counted); "
+            "pass count_include_pad=True or False"
+        )
+    return False
+
+
 def _avg_pool(
     fname: str,
     nd: int,
@@ -1180,10 +1263,12 @@ def _avg_pool(
     stride: Any,
     padding: PaddingLike,
     ceil_mode: bool,
-    count_include_pad: bool,
+    count_include_pad: bool | None,
     divisor_override: int | None,
     dilation: Any,
 ) -> Tensor:
+    if count_include_pad is None:
+        count_include_pad = default_count_include_pad(padding, nd, f"{fname}()")
     if _export.exporting():
         return _export.avg_pool(
             fname,
@@ -1301,14 +1386,16 @@ def avg_pool1d(
     stride: int | Sequence[int] | None = None,
     padding: PaddingLike = 0,
     ceil_mode: bool = False,
-    count_include_pad: bool = True,
+    count_include_pad: bool | None = None,
     divisor_override: int | None = None,
     dilation: int | Sequence[int] = 1,
 ) -> Tensor:
     """``F.avg_pool1d`` with every padkit padding form, dilation and ``divisor_override``.
 
     ``count_include_pad`` counts the declared pads, never the ``ceil_mode`` overhang
-    (torch, ONNX and Caffe agree on that).
+    (torch, ONNX and Caffe agree on that). Not given (``None``), it follows the convention
+    the padding names: ``"same"``/``"same_lower"`` (TF, ONNX) leave the pads out, torch
+    ints and pairs count them (:func:`default_count_include_pad`).
 
     Example:
         >>> x = torch.arange(1.0, 9.0).view(1, 1, 8)
@@ -1335,7 +1422,7 @@ def avg_pool2d(
     stride: int | Sequence[int] | None = None,
     padding: PaddingLike = 0,
     ceil_mode: bool = False,
-    count_include_pad: bool = True,
+    count_include_pad: bool | None = None,
     divisor_override: int | None = None,
     dilation: int | Sequence[int] = 1,
 ) -> Tensor:
@@ -1366,7 +1453,7 @@ def avg_pool3d(
     stride: int | Sequence[int] | None = None,
     padding: PaddingLike = 0,
     ceil_mode: bool = False,
-    count_include_pad: bool = True,
+    count_include_pad: bool | None = None,
     divisor_override: int | None = None,
     dilation: int | Sequence[int] = 1,
 ) -> Tensor:

@@ -549,6 +549,7 @@ def _conv_t_init(
     self._nd = nd
     k, s, d = _check_sizes(cls, nd, kernel_size, stride, dilation)
     _check_groups(cls, in_channels, out_channels, groups)
+    padding, output_padding = PF.transpose_args(cls, nd, padding, output_padding, k, s, d)
     if padding_mode != "zeros":
         raise PaddingError(
             f"{cls}: padding_mode must be 'zeros' for a transposed conv (it crops its output "
@@ -590,7 +591,12 @@ class ConvTranspose1d(_ConvTransposeMixin, nn.ConvTranspose1d):
     pairs crop per side (torch's ``p`` is ``(p, p)``); ``"same"`` gives ``L*stride`` (TF
     ``Conv1DTranspose``, ONNX ``SAME_UPPER``), ``"same_lower"`` the ONNX ``SAME_LOWER``
     variant; other rules crop what they would pad in the forward conv. ``output_padding``
-    (or ``output_size`` at call time) extends the end.
+    (or ``output_size`` at call time) extends the end. Where frameworks disagree on the
+    output length, name the framework: ``"keras_same"``/``"keras_valid"`` (Keras
+    ``Conv1DTranspose``, where ``output_padding=None`` is Keras's default) and
+    ``"onnx_same_upper"``/``"onnx_same_lower"`` (ONNX ``auto_pad``) resolve to explicit
+    crops at construction (:func:`padkit.conv_transpose_padding`); ``"same"`` with a
+    nonzero ``output_padding`` is refused as ambiguous.
 
     Shape:
         - Input: ``(N, C_in, L)`` or ``(C_in, L)``
@@ -610,7 +616,7 @@ class ConvTranspose1d(_ConvTransposeMixin, nn.ConvTranspose1d):
         kernel_size: int | Sequence[int],
         stride: int | Sequence[int] = 1,
         padding: PaddingLike = 0,
-        output_padding: int | Sequence[int] = 0,
+        output_padding: int | Sequence[int] | None = None,
         groups: int = 1,
         bias: bool = True,
         dilation: int | Sequence[int] = 1,
@@ -663,7 +669,7 @@ class ConvTranspose2d(_ConvTransposeMixin, nn.ConvTranspose2d):
         kernel_size: int | Sequence[int],
         stride: int | Sequence[int] = 1,
         padding: PaddingLike = 0,
-        output_padding: int | Sequence[int] = 0,
+        output_padding: int | Sequence[int] | None = None,
         groups: int = 1,
         bias: bool = True,
         dilation: int | Sequence[int] = 1,
@@ -715,7 +721,7 @@ class ConvTranspose3d(_ConvTransposeMixin, nn.ConvTranspose3d):
         kernel_size: int | Sequence[int],
         stride: int | Sequence[int] = 1,
         padding: PaddingLike = 0,
-        output_padding: int | Sequence[int] = 0,
+        output_padding: int | Sequence[int] | None = None,
         groups: int = 1,
         bias: bool = True,
         dilation: int | Sequence[int] = 1,
@@ -1085,12 +1091,14 @@ def _avg_init(
     stride: Any,
     padding: PaddingLike,
     ceil_mode: bool,
-    count_include_pad: bool,
+    count_include_pad: bool | None,
     divisor_override: int | None,
     dilation: Any,
 ) -> None:
     self._nd = nd
     self._pool_setup(kernel_size, stride, padding, dilation)
+    if count_include_pad is None:
+        count_include_pad = PF.default_count_include_pad(self.pad_spec, nd, type(self).__name__)
     if divisor_override is not None:
         PF._check_divisor(type(self).__name__, divisor_override)
     if nd == 1:
@@ -1106,7 +1114,9 @@ class AvgPool1d(_AvgPoolMixin, nn.AvgPool1d):
     """``torch.nn.AvgPool1d`` with every padkit ``padding=`` form and dilation.
 
     ``count_include_pad=False`` gives TF/ONNX semantics (pads excluded from the divisor);
-    the ``ceil_mode`` overhang is never counted.
+    the ``ceil_mode`` overhang is never counted. Not given, it follows the convention the
+    padding names: ``"same"``/``"same_lower"`` leave the pads out (as TensorFlow and ONNX
+    do), torch ints and pairs count them (as torch does).
 
     Shape:
         - Input: ``(N, C, L)`` or ``(C, L)``
@@ -1124,7 +1134,7 @@ class AvgPool1d(_AvgPoolMixin, nn.AvgPool1d):
         stride: int | Sequence[int] | None = None,
         padding: PaddingLike = 0,
         ceil_mode: bool = False,
-        count_include_pad: bool = True,
+        count_include_pad: bool | None = None,
         divisor_override: int | None = None,
         dilation: int | Sequence[int] = 1,
     ) -> None:
@@ -1161,7 +1171,7 @@ class AvgPool2d(_AvgPoolMixin, nn.AvgPool2d):
         stride: int | Sequence[int] | None = None,
         padding: PaddingLike = 0,
         ceil_mode: bool = False,
-        count_include_pad: bool = True,
+        count_include_pad: bool | None = None,
         divisor_override: int | None = None,
         dilation: int | Sequence[int] = 1,
     ) -> None:
@@ -1197,7 +1207,7 @@ class AvgPool3d(_AvgPoolMixin, nn.AvgPool3d):
         stride: int | Sequence[int] | None = None,
         padding: PaddingLike = 0,
         ceil_mode: bool = False,
-        count_include_pad: bool = True,
+        count_include_pad: bool | None = None,
         divisor_override: int | None = None,
         dilation: int | Sequence[int] = 1,
     ) -> None:
