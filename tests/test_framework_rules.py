@@ -13,6 +13,7 @@ from onnx import TensorProto, helper, numpy_helper
 import padkit
 import padkit.functional as PF
 import padkit.nn as pn
+import padkit.onnx
 from padkit import PaddingError, conv_transpose_padding
 
 PN_CONV_T = {1: pn.ConvTranspose1d, 2: pn.ConvTranspose2d}
@@ -171,3 +172,17 @@ def test_avg_pool_mixed_conventions_are_refused() -> None:
         pn.AvgPool2d(3, 2, padding=("same", 0))(x),
         pn.AvgPool2d(3, 2, padding=("same", 0), count_include_pad=False)(x),
     )
+
+
+def test_onnx_negative_begin_pad_is_refused() -> None:
+    node = helper.make_node("ConvTranspose", ["x", "w"], ["y"], strides=[2], pads=[-1, 0])
+    graph = helper.make_graph(
+        [node],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        initializer=[numpy_helper.from_array(rand(1, 1, 3), "w")],
+    )
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    with pytest.raises(padkit.onnx.OnnxImportError, match=r"pads=\[-1, 0\].*negative begin"):
+        padkit.onnx.load(proto)

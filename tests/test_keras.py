@@ -359,6 +359,26 @@ def test_verify_fails_on_a_wrong_padding(
         assert "FAIL" in str(report)
 
 
+def test_tf2onnx_negative_transpose_pads_match_tensorflow() -> None:
+    """tf2onnx writes negative end pads where Keras extends a transposed conv's output
+    ('valid' with kernel < stride, or with output_padding); onnxruntime refuses them, padkit
+    imports them as the extension TensorFlow computes."""
+    import onnxruntime
+
+    keras.utils.set_random_seed(1)
+    inp = keras.Input((5, 6, 2))
+    y = keras.layers.Conv2DTranspose(3, 2, strides=3, padding="valid")(inp)
+    y = keras.layers.Conv2DTranspose(2, 3, strides=2, padding="valid", output_padding=1)(y)
+    model = keras.Model(inp, y)
+    proto = to_onnx(model, (1, 5, 6, 2))
+    pads = [list(a.ints) for n in proto.graph.node for a in n.attribute if a.name == "pads"]
+    assert any(min(p) < 0 for p in pads)
+    x = rand(1, 5, 6, 2, seed=13)
+    assert_close(run_padkit(proto, x), np.asarray(model(x)))
+    with pytest.raises(Exception, match="negative"):
+        onnxruntime.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"])
+
+
 APPLICATIONS: list[tuple[str, Callable[[], Any], tuple[int, ...]]] = [
     (
         "MobileNetV2",
