@@ -499,7 +499,13 @@ def compare_output(
         scale = ref_scale
     if mine.shape != ref.shape:
         return OutputCheck(
-            name, tuple(ref.shape), tuple(mine.shape), float("inf"), ref_scale, False
+            name,
+            tuple(ref.shape),
+            tuple(mine.shape),
+            float("inf"),
+            ref_scale,
+            False,
+            tolerance=atol + rtol * scale,
         )
     worst, agree = _abs_diff(mine, ref)
     b = ref.astype(np.float64)
