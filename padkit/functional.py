@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import math
+import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -563,8 +564,12 @@ def transpose_args(
     different output lengths, so the caller must name one.
     """
     if isinstance(padding, str) and padding.lower() in TRANSPOSE_RULES:
+        with warnings.catch_warnings():
+            # a traced weight shape: the kernel size is a constant of the trace anyway
+            warnings.simplefilter("ignore")
+            kernel = tuple(int(v) for v in k)
         try:
-            return conv_transpose_padding(padding, k, s, d, output_padding, ndim=nd)
+            return conv_transpose_padding(padding, kernel, s, d, output_padding, ndim=nd)
         except (PaddingError, TypeError) as err:
             raise type(err)(f"{where}: {err}") from None
     if output_padding is None:
@@ -610,7 +615,7 @@ def _conv_transpose(
     output_size: Sequence[int] | None = None,
 ) -> Tensor:
     # (a weight of the wrong rank is refused below, with its shape)
-    kernel = tuple(int(v) for v in weight.shape[2:]) if weight.dim() == nd + 2 else (1,) * nd
+    kernel = weight.shape[2:] if weight.dim() == nd + 2 else (1,) * nd
     padding, output_padding = transpose_args(
         f"{fname}()", nd, padding, output_padding, kernel, stride, dilation
     )

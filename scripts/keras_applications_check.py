@@ -77,9 +77,12 @@ def check(name: str, opset: int) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("models", nargs="*", default=list(MODELS), choices=[*MODELS, []])
-    parser.add_argument("--opset", type=int, action="append")
+    parser.add_argument("models", nargs="*", help=f"default: all of {', '.join(MODELS)}")
+    parser.add_argument("--opset", type=int, action="append", help="default: 13 and 17")
     args = parser.parse_args()
+    unknown = [m for m in args.models if m not in MODELS]
+    if unknown:
+        parser.error(f"unknown model(s) {unknown}; choose from {', '.join(MODELS)}")
     print(
         "| model | opset | max abs(TF) | padkit vs TF | ORT vs TF | verify diff | tolerance "
         "| padkit f32 rounding | f64 vs ORT | verify | element-wise | time |"

@@ -4,6 +4,8 @@ divisor when ``count_include_pad`` is not given. Keras's rules are in test_keras
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import onnxruntime as ort
 import pytest
@@ -186,3 +188,40 @@ def test_onnx_negative_begin_pad_is_refused() -> None:
     proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     with pytest.raises(padkit.onnx.OnnxImportError, match=r"pads=\[-1, 0\].*negative begin"):
         padkit.onnx.load(proto)
+
+
+class _FunctionalKerasValid(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.randn(2, 3, 2, 2))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return PF.conv_transpose2d(x, self.w, None, 3, "keras_valid")
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::UserWarning")
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: pn.ConvTranspose2d(2, 3, 3, stride=2, padding="keras_same", output_padding=1),
+        lambda: pn.ConvTranspose2d(2, 3, 4, stride=3, padding="onnx_same_lower", output_padding=2),
+        _FunctionalKerasValid,
+    ],
+    ids=["keras_same", "onnx_same_lower", "functional_keras_valid"],
+)
+def test_named_rules_export_to_onnx(make: Any) -> None:
+    import io
+
+    import onnx
+
+    model = make().eval()
+    x = torch.randn(1, 2, 5, 6)
+    buf = io.BytesIO()
+    torch.onnx.export(model, (x,), buf, dynamo=False, input_names=["x"])
+    proto = onnx.load_from_string(buf.getvalue())
+    session = ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"])
+    (want,) = session.run(None, {"x": x.numpy()})
+    with torch.no_grad():
+        got = model(x).numpy()
+    assert got.shape == want.shape
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)

@@ -403,7 +403,7 @@ APPLICATIONS: list[tuple[str, Callable[[], Any], tuple[int, ...]]] = [
     (
         "Xception",
         lambda: keras.applications.Xception(weights=None, include_top=False),
-        (1, 150, 150, 3),
+        (1, 96, 96, 3),
     ),
 ]
 
