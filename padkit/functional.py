@@ -574,9 +574,15 @@ def transpose_args(
             raise type(err)(f"{where}: {err}") from None
     if output_padding is None:
         return padding, 0
-    if (isinstance(output_padding, int) and not output_padding) or isinstance(padding, int):
-        return padding, output_padding
-    spec = _parse(padding, nd, where.rstrip("()"))
+    if isinstance(padding, int) or (
+        isinstance(output_padding, (int, tuple, list))
+        and not isinstance(output_padding, bool)
+        and not any(
+            output_padding if isinstance(output_padding, (tuple, list)) else (output_padding,)
+        )
+    ):
+        return padding, output_padding  # the per-call path of a layer: nothing to check
+    spec = padding if isinstance(padding, Padding) else _parse(padding, nd, where.rstrip("()"))
     if not any(rule in ("same", "same_lower") for rule in spec.axes):
         return padding, output_padding
     try:
