@@ -1,6 +1,7 @@
 """tf2onnx exports of Keras applications through padkit.onnx.load and padkit verify.
 
-For each model (random weights, seed 0) and opset: export with tf2onnx, then print the
+For each model (random weights, seed 0; feature maps, no classifier; inputs uniform in
+[-128, 128)) and opset: export with tf2onnx, then print the
 largest |padkit - TensorFlow| and |onnxruntime - TensorFlow| next to the output's scale,
 and what ``padkit.onnx.verify.verify(..., float64=True)`` reports (its difference to
 onnxruntime, padkit's own float32 rounding, and the verdict under the default,
@@ -41,9 +42,15 @@ with warnings.catch_warnings():
 
 A = keras.applications
 MODELS: dict[str, tuple[Callable[[], Any], tuple[int, ...]]] = {
-    "MobileNetV2": (lambda: A.MobileNetV2(weights=None), (1, 224, 224, 3)),
-    "MobileNetV3Small": (lambda: A.MobileNetV3Small(weights=None), (1, 224, 224, 3)),
-    "EfficientNetB0": (lambda: A.EfficientNetB0(weights=None), (1, 224, 224, 3)),
+    "MobileNetV2": (lambda: A.MobileNetV2(weights=None, include_top=False), (1, 224, 224, 3)),
+    "MobileNetV3Small": (
+        lambda: A.MobileNetV3Small(weights=None, include_top=False),
+        (1, 224, 224, 3),
+    ),
+    "EfficientNetB0": (
+        lambda: A.EfficientNetB0(weights=None, include_top=False),
+        (1, 224, 224, 3),
+    ),
     "ResNet50": (lambda: A.ResNet50(weights=None, include_top=False), (1, 224, 224, 3)),
     "InceptionV3": (lambda: A.InceptionV3(weights=None, include_top=False), (1, 299, 299, 3)),
     "Xception": (lambda: A.Xception(weights=None, include_top=False), (1, 299, 299, 3)),
@@ -59,7 +66,8 @@ def check(name: str, opset: int) -> str:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         proto, _ = tf2onnx.convert.from_keras(model, input_signature=spec, opset=opset)
-    x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
+    # pixel-range inputs, as the models' own preprocessing leaves them (ResNet50's is -124..152)
+    x = np.random.default_rng(0).uniform(-128.0, 128.0, shape).astype(np.float32)
     want = np.asarray(model(x, training=False))
     t0 = time.perf_counter()
     module = padkit.onnx.load(proto)
