@@ -13,6 +13,9 @@ from .spec import (
     RULES as RULES,
 )
 from .spec import (
+    TRANSPOSE_RULES as TRANSPOSE_RULES,
+)
+from .spec import (
     Padding as Padding,
 )
 from .spec import (
@@ -28,6 +31,9 @@ from .spec import (
     conv_transpose_output_size as conv_transpose_output_size,
 )
 from .spec import (
+    conv_transpose_padding as conv_transpose_padding,
+)
+from .spec import (
     pool_output_size as pool_output_size,
 )
 from .spec import (
@@ -38,12 +44,14 @@ __version__ = "0.1.0"
 
 __all__ = [
     "RULES",
+    "TRANSPOSE_RULES",
     "Padding",
     "PaddingError",
     "PaddingLike",
     "__version__",
     "conv_output_size",
     "conv_transpose_output_size",
+    "conv_transpose_padding",
     "pool_output_size",
     "resolve_padding",
 ]

@@ -54,10 +54,15 @@ examples:
 _VERIFY_EPILOG = """\
 Without MODEL, verify runs the bundled example: a small GoogLeNet-style graph with
 Caffe-style pools (MaxPool pads [0,0,1,1], ceil_mode), LRN, an inception block, Gemm and
-softmax. An output passes when every element is within atol + rtol*|onnxruntime|.
+softmax. An output passes when its infinities and NaNs sit where onnxruntime's do and
+every other element is within atol + rtol*max|onnxruntime| (the output's scale: float32
+rounding grows with it); --elementwise allows atol + rtol*|onnxruntime| per element.
+--float64 also runs padkit in float64: a difference that is float32 rounding stays near
+padkit's own rounding, a wrong pad does not. Every randomised input is named.
 
 examples:
   padkit verify
+  padkit verify model.onnx --float64
   padkit verify model.onnx --seed 1 --atol 1e-5
   padkit verify model.onnx --input-shape 1,3,320,320          # fills dynamic dims
   padkit verify two_inputs.onnx --input a.npy --input b.npy    # or --input NAME=FILE.npy
@@ -219,6 +224,8 @@ def _cmd_verify(args: argparse.Namespace) -> int:
         rtol=args.rtol,
         progress=None if args.quiet else say,
         name=name,
+        tolerance="elementwise" if args.elementwise else "scale",
+        float64=args.float64,
     )
     print(report)
     return 0 if report.passed else 1
@@ -304,6 +311,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
     p.add_argument("--atol", type=float, default=1e-4, help="absolute tolerance (default 1e-4)")
     p.add_argument("--rtol", type=float, default=1e-4, help="relative tolerance (default 1e-4)")
+    p.add_argument(
+        "--elementwise",
+        action="store_true",
+        help="tolerance atol + rtol*|ref| per element instead of relative to max|ref|",
+    )
+    p.add_argument(
+        "--float64",
+        action="store_true",
+        help="also run padkit in float64 and report float32 rounding against mismatch",
+    )
     p.add_argument("-q", "--quiet", action="store_true", help="no progress messages on stderr")
     p.set_defaults(run=_cmd_verify)
 

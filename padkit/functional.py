@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import math
+import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -22,10 +23,13 @@ from . import _export
 from .op import PADDING_MODES, Op
 from .plan import Plan, plan_conv, plan_pool
 from .spec import (
+    TRANSPOSE_RULES,
     Padding,
     PaddingError,
     PaddingLike,
+    _tuple_of,
     conv_transpose_output_size,
+    conv_transpose_padding,
     pool_output_size,
 )
 
@@ -571,6 +575,67 @@ def transpose_crops(
     return tuple(out)
 
 
+def transpose_args(
+    where: str,
+    nd: int,
+    padding: PaddingLike,
+    output_padding: Any,
+    k: Sequence[int],
+    s: Any,
+    d: Any,
+) -> tuple[PaddingLike, Any]:
+    """A transposed conv's ``padding`` and ``output_padding`` in padkit's (torch's) meaning.
+
+    A framework-named rule (:data:`padkit.TRANSPOSE_RULES`: ``"keras_same"``, ...) becomes
+    explicit crops and an output padding, with that framework's meaning of
+    ``output_padding`` (``None``: not given). Otherwise ``None`` is 0, and ``"same"`` or
+    ``"same_lower"`` with a nonzero output padding is refused: Keras and ONNX give it
+    different output lengths, so the caller must name one.
+    """
+    if isinstance(padding, str) and padding.lower() in TRANSPOSE_RULES:
+        with warnings.catch_warnings():
+            # a traced weight shape: the kernel size is a constant of the trace anyway
+            warnings.simplefilter("ignore")
+            kernel = tuple(int(v) for v in k)
+        try:
+            return conv_transpose_padding(padding, kernel, s, d, output_padding, ndim=nd)
+        except (PaddingError, TypeError) as err:
+            raise type(err)(f"{where}: {err}") from None
+    if output_padding is None:
+        return padding, 0
+    if isinstance(padding, int) or (
+        isinstance(output_padding, (int, tuple, list))
+        and not isinstance(output_padding, bool)
+        and not any(
+            output_padding if isinstance(output_padding, (tuple, list)) else (output_padding,)
+        )
+    ):
+        return padding, output_padding  # the per-call path of a layer: nothing to check
+    spec = padding if isinstance(padding, Padding) else _parse(padding, nd, where.rstrip("()"))
+    if not any(rule in ("same", "same_lower") for rule in spec.axes):
+        return padding, output_padding
+    try:
+        op = _tuple_of(output_padding, nd, "output_padding", minimum=0)
+    except (PaddingError, TypeError) as err:
+        raise type(err)(f"{where}: {err}") from None
+    for i, (rule, o) in enumerate(zip(spec.axes, op)):
+        if o and rule == "same":
+            raise PaddingError(
+                f"{where}: padding 'same' with output_padding={output_padding!r} (axis {i}) has "
+                "no single meaning: Keras Conv*DTranspose gives (n-1)*stride + k_eff%2 + "
+                "output_padding, ONNX ConvTranspose auto_pad=SAME_UPPER gives n*stride. Name "
+                "the rule: padding='keras_same' or 'onnx_same_upper' (or give explicit crops "
+                "as torch does)"
+            )
+        if o and rule == "same_lower":
+            raise PaddingError(
+                f"{where}: padding 'same_lower' with output_padding={output_padding!r} "
+                f"(axis {i}) is ambiguous; for ONNX ConvTranspose auto_pad=SAME_LOWER use "
+                "padding='onnx_same_lower' (or give explicit crops as torch does)"
+            )
+    return padding, output_padding
+
+
 def _conv_transpose(
     fname: str,
     nd: int,
@@ -590,6 +655,9 @@ def _conv_transpose(
             f"{fname}(): weight must be {nd + 2}-D (in_channels, out_channels/groups, *kernel), "
             f"got shape {tuple(weight.shape)}"
         )
+    padding, output_padding = transpose_args(
+        f"{fname}()", nd, padding, output_padding, weight.shape[2:], stride, dilation
+    )
     rec = Op.make(
         "conv_transpose",
         nd,
@@ -732,7 +800,7 @@ def conv_transpose1d(
     bias: Tensor | None = None,
     stride: int | Sequence[int] = 1,
     padding: PaddingLike = 0,
-    output_padding: int | Sequence[int] = 0,
+    output_padding: int | Sequence[int] | None = None,
     groups: int = 1,
     dilation: int | Sequence[int] = 1,
     *,
@@ -766,7 +834,7 @@ def conv_transpose2d(
     bias: Tensor | None = None,
     stride: int | Sequence[int] = 1,
     padding: PaddingLike = 0,
-    output_padding: int | Sequence[int] = 0,
+    output_padding: int | Sequence[int] | None = None,
     groups: int = 1,
     dilation: int | Sequence[int] = 1,
     *,
@@ -800,7 +868,7 @@ def conv_transpose3d(
     bias: Tensor | None = None,
     stride: int | Sequence[int] = 1,
     padding: PaddingLike = 0,
-    output_padding: int | Sequence[int] = 0,
+    output_padding: int | Sequence[int] | None = None,
     groups: int = 1,
     dilation: int | Sequence[int] = 1,
     *,
@@ -1198,6 +1266,31 @@ def max_pool3d(
 # ----------------------------------------------------------------------------- avg pool
 
 
+def default_count_include_pad(padding: PaddingLike, nd: int, where: str) -> bool:
+    """Whether an average pool counts its pads when ``count_include_pad`` is not given.
+
+    The padding names the convention: TF/ONNX rules (``"same"``, ``"same_lower"``) leave
+    the pads out of the divisor, as TensorFlow and ONNX (whose ``count_include_pad``
+    defaults to 0) do; torch ints and pairs, and every other rule, count them, as torch
+    does. A padding that mixes a TF/ONNX rule with nonzero explicit pads has no single
+    convention and is refused: pass ``count_include_pad``.
+    """
+    if isinstance(padding, int) and not isinstance(padding, bool):
+        return True
+    spec = _parse(padding, nd, where.rstrip("()"))
+    tf_axes = [i for i, rule in enumerate(spec.axes) if rule in ("same", "same_lower")]
+    if not tf_axes:
+        return True
+    torch_axes = [i for i, rule in enumerate(spec.axes) if isinstance(rule, tuple) and any(rule)]
+    if torch_axes:
+        raise PaddingError(
+            f"{where}: padding {spec.describe()} mixes a TF/ONNX rule (axis {tf_axes[0]}: pads "
+            f"left out of the divisor) with torch pads (axis {torch_axes[0]}: pads counted); "
+            "pass count_include_pad=True or False"
+        )
+    return False
+
+
 def _avg_pool(
     fname: str,
     nd: int,
@@ -1206,10 +1299,12 @@ def _avg_pool(
     stride: Any,
     padding: PaddingLike,
     ceil_mode: bool,
-    count_include_pad: bool,
+    count_include_pad: bool | None,
     divisor_override: int | None,
     dilation: Any,
 ) -> Tensor:
+    if count_include_pad is None:
+        count_include_pad = default_count_include_pad(padding, nd, f"{fname}()")
     rec = Op.make(
         "avg",
         nd,
@@ -1316,14 +1411,16 @@ def avg_pool1d(
     stride: int | Sequence[int] | None = None,
     padding: PaddingLike = 0,
     ceil_mode: bool = False,
-    count_include_pad: bool = True,
+    count_include_pad: bool | None = None,
     divisor_override: int | None = None,
     dilation: int | Sequence[int] = 1,
 ) -> Tensor:
     """``F.avg_pool1d`` with every padkit padding form, dilation and ``divisor_override``.
 
     ``count_include_pad`` counts the declared pads, never the ``ceil_mode`` overhang
-    (torch, ONNX and Caffe agree on that).
+    (torch, ONNX and Caffe agree on that). Not given (``None``), it follows the convention
+    the padding names: ``"same"``/``"same_lower"`` (TF, ONNX) leave the pads out, torch
+    ints and pairs count them (:func:`default_count_include_pad`).
 
     Example:
         >>> x = torch.arange(1.0, 9.0).view(1, 1, 8)
@@ -1350,7 +1447,7 @@ def avg_pool2d(
     stride: int | Sequence[int] | None = None,
     padding: PaddingLike = 0,
     ceil_mode: bool = False,
-    count_include_pad: bool = True,
+    count_include_pad: bool | None = None,
     divisor_override: int | None = None,
     dilation: int | Sequence[int] = 1,
 ) -> Tensor:
@@ -1381,7 +1478,7 @@ def avg_pool3d(
     stride: int | Sequence[int] | None = None,
     padding: PaddingLike = 0,
     ceil_mode: bool = False,
-    count_include_pad: bool = True,
+    count_include_pad: bool | None = None,
     divisor_override: int | None = None,
     dilation: int | Sequence[int] = 1,
 ) -> Tensor:

@@ -20,7 +20,7 @@ from torch import Tensor, nn
 from . import functional as PF
 from .op import Op
 from .plan import Plan, plan_conv, plan_pool
-from .spec import Padding, PaddingError, PaddingLike, _as_int
+from .spec import Padding, PaddingError, PaddingLike, _as_int, _tuple_of
 
 __all__ = [
     "AvgPool1d",
@@ -665,6 +665,13 @@ def _conv_t_init(
 ) -> None:
     cls = type(self).__name__
     self._nd = nd
+    try:
+        k = _tuple_of(kernel_size, nd, "kernel_size")
+    except (PaddingError, TypeError) as err:
+        raise type(err)(f"{cls}: {err}") from None
+    padding, output_padding = PF.transpose_args(
+        cls, nd, padding, output_padding, k, stride, dilation
+    )
     op = Op.make(
         "conv_transpose",
         nd,
@@ -703,7 +710,12 @@ class ConvTranspose1d(_ConvTransposeMixin, nn.ConvTranspose1d):
     pairs crop per side (torch's ``p`` is ``(p, p)``); ``"same"`` gives ``L*stride`` (TF
     ``Conv1DTranspose``, ONNX ``SAME_UPPER``), ``"same_lower"`` the ONNX ``SAME_LOWER``
     variant; other rules crop what they would pad in the forward conv. ``output_padding``
-    (or ``output_size`` at call time) extends the end.
+    (or ``output_size`` at call time) extends the end. Where frameworks disagree on the
+    output length, name the framework: ``"keras_same"``/``"keras_valid"`` (Keras
+    ``Conv1DTranspose``, where ``output_padding=None`` is Keras's default) and
+    ``"onnx_same_upper"``/``"onnx_same_lower"`` (ONNX ``auto_pad``) resolve to explicit
+    crops at construction (:func:`padkit.conv_transpose_padding`); ``"same"`` with a
+    nonzero ``output_padding`` is refused as ambiguous.
 
     Shape:
         - Input: ``(N, C_in, L)`` or ``(C_in, L)``
@@ -723,7 +735,7 @@ class ConvTranspose1d(_ConvTransposeMixin, nn.ConvTranspose1d):
         kernel_size: int | Sequence[int],
         stride: int | Sequence[int] = 1,
         padding: PaddingLike = 0,
-        output_padding: int | Sequence[int] = 0,
+        output_padding: int | Sequence[int] | None = None,
         groups: int = 1,
         bias: bool = True,
         dilation: int | Sequence[int] = 1,
@@ -776,7 +788,7 @@ class ConvTranspose2d(_ConvTransposeMixin, nn.ConvTranspose2d):
         kernel_size: int | Sequence[int],
         stride: int | Sequence[int] = 1,
         padding: PaddingLike = 0,
-        output_padding: int | Sequence[int] = 0,
+        output_padding: int | Sequence[int] | None = None,
         groups: int = 1,
         bias: bool = True,
         dilation: int | Sequence[int] = 1,
@@ -828,7 +840,7 @@ class ConvTranspose3d(_ConvTransposeMixin, nn.ConvTranspose3d):
         kernel_size: int | Sequence[int],
         stride: int | Sequence[int] = 1,
         padding: PaddingLike = 0,
-        output_padding: int | Sequence[int] = 0,
+        output_padding: int | Sequence[int] | None = None,
         groups: int = 1,
         bias: bool = True,
         dilation: int | Sequence[int] = 1,
@@ -1212,11 +1224,13 @@ def _avg_init(
     stride: Any,
     padding: PaddingLike,
     ceil_mode: bool,
-    count_include_pad: bool,
+    count_include_pad: bool | None,
     divisor_override: int | None,
     dilation: Any,
 ) -> None:
     self._nd = nd
+    if count_include_pad is None:
+        count_include_pad = PF.default_count_include_pad(padding, nd, type(self).__name__)
     op = Op.make(
         "avg",
         nd,
@@ -1242,7 +1256,9 @@ class AvgPool1d(_AvgPoolMixin, nn.AvgPool1d):
     """``torch.nn.AvgPool1d`` with every padkit ``padding=`` form and dilation.
 
     ``count_include_pad=False`` gives TF/ONNX semantics (pads excluded from the divisor);
-    the ``ceil_mode`` overhang is never counted.
+    the ``ceil_mode`` overhang is never counted. Not given, it follows the convention the
+    padding names: ``"same"``/``"same_lower"`` leave the pads out (as TensorFlow and ONNX
+    do), torch ints and pairs count them (as torch does).
 
     Shape:
         - Input: ``(N, C, L)`` or ``(C, L)``
@@ -1260,7 +1276,7 @@ class AvgPool1d(_AvgPoolMixin, nn.AvgPool1d):
         stride: int | Sequence[int] | None = None,
         padding: PaddingLike = 0,
         ceil_mode: bool = False,
-        count_include_pad: bool = True,
+        count_include_pad: bool | None = None,
         divisor_override: int | None = None,
         dilation: int | Sequence[int] = 1,
     ) -> None:
@@ -1297,7 +1313,7 @@ class AvgPool2d(_AvgPoolMixin, nn.AvgPool2d):
         stride: int | Sequence[int] | None = None,
         padding: PaddingLike = 0,
         ceil_mode: bool = False,
-        count_include_pad: bool = True,
+        count_include_pad: bool | None = None,
         divisor_override: int | None = None,
         dilation: int | Sequence[int] = 1,
     ) -> None:
@@ -1333,7 +1349,7 @@ class AvgPool3d(_AvgPoolMixin, nn.AvgPool3d):
         stride: int | Sequence[int] | None = None,
         padding: PaddingLike = 0,
         ceil_mode: bool = False,
-        count_include_pad: bool = True,
+        count_include_pad: bool | None = None,
         divisor_override: int | None = None,
         dilation: int | Sequence[int] = 1,
     ) -> None:

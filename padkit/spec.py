@@ -37,12 +37,14 @@ from typing import Any, TypeAlias, Union
 
 __all__ = [
     "RULES",
+    "TRANSPOSE_RULES",
     "AxisRule",
     "Padding",
     "PaddingError",
     "PaddingLike",
     "conv_output_size",
     "conv_transpose_output_size",
+    "conv_transpose_padding",
     "pool_output_size",
     "resolve_padding",
 ]
@@ -835,3 +837,106 @@ def conv_transpose_output_size(
         6
     """
     return (n - 1) * s + d * (k - 1) + 1 - lo - hi + output_padding
+
+
+#: Transposed-conv length rules named after the framework whose rule each one is. A
+#: transposed conv given one of these as ``padding=`` resolves it, with the framework's
+#: meaning of ``output_padding``, to explicit crops and an output padding
+#: (:func:`conv_transpose_padding`).
+TRANSPOSE_RULES: tuple[str, ...] = (
+    "keras_same",
+    "keras_valid",
+    "onnx_same_upper",
+    "onnx_same_lower",
+)
+
+
+def conv_transpose_padding(
+    rule: str,
+    kernel_size: int | Sequence[int],
+    stride: int | Sequence[int] = 1,
+    dilation: int | Sequence[int] = 1,
+    output_padding: int | Sequence[int] | None = None,
+    *,
+    ndim: int | None = None,
+) -> tuple[tuple[tuple[int, int], ...], tuple[int, ...]]:
+    """A framework's transposed-conv rule as torch-style crops and output padding.
+
+    Returns ``(pairs, output_padding)``: a transposed conv that crops ``pairs[i] = (lo, hi)``
+    from its full output ``(n-1)*s + k_eff`` and then extends the end by
+    ``output_padding[i]`` (torch's meaning; ``hi - output_padding`` is what is removed at the
+    end) gives exactly what the framework gives. Every rule here is independent of the
+    input length ``n``. Per axis, with ``k_eff = d*(k-1) + 1`` and ``op`` the given
+    ``output_padding`` (``None``: not given):
+
+    =====================  ==================================  ===============================
+    rule                   output length                       crops
+    =====================  ==================================  ===============================
+    ``"keras_same"``       ``n*s`` (op None);                  TF ``SAME`` of the output
+                           ``(n-1)*s + k_eff%2 + op``          length: total ``t``, ``t//2``
+                                                               at the start
+    ``"keras_valid"``      ``(n-1)*s + max(k_eff, s)`` (op     none; the end is extended
+                           None); ``(n-1)*s + k_eff + op``
+    ``"onnx_same_upper"``  ``(n-1)*s + k_eff + op - t`` with   ``t//2`` at the start (odd
+                           ``t = max(k_eff + op - s, 0)``      pixel at the end)
+    ``"onnx_same_lower"``  as ``onnx_same_upper``              odd pixel at the start
+    =====================  ==================================  ===============================
+
+    ``keras_*`` are Keras ``Conv{1,2,3}DTranspose`` on the TensorFlow backend (which hands
+    ``tf.nn.conv_transpose`` the output length above); ``onnx_*`` are ONNX ``ConvTranspose``
+    with ``auto_pad`` and no ``output_shape``, as onnxruntime computes them (which keeps
+    ``(n-1)*s + k_eff + op`` when that is below ``n*s``).
+
+    Raises:
+        PaddingError: an unknown rule, or ``output_padding`` not below the stride for a
+            Keras rule (Keras refuses it too).
+
+    Example:
+        >>> conv_transpose_padding("keras_same", 3, 2, output_padding=1)   # 5 -> 10
+        (((0, 2),), (1,))
+        >>> conv_transpose_padding("keras_valid", 2, 3)                    # 5 -> 15
+        (((0, 0),), (1,))
+        >>> conv_transpose_padding("onnx_same_upper", 4, 2, output_padding=1)
+        (((1, 2),), (1,))
+    """
+    name = rule.lower() if isinstance(rule, str) else rule
+    if name not in TRANSPOSE_RULES:
+        raise PaddingError(
+            f"unknown transposed-conv rule {rule!r}; accepted: "
+            + ", ".join(repr(r) for r in TRANSPOSE_RULES)
+        )
+    nd = ndim or _ndim_of(kernel_size, stride, dilation, output_padding) or 1
+    ks = _tuple_of(kernel_size, nd, "kernel_size")
+    ss = _tuple_of(stride, nd, "stride")
+    ds = _tuple_of(dilation, nd, "dilation")
+    given = output_padding is not None
+    ops = _tuple_of(output_padding if given else 0, nd, "output_padding", minimum=0)
+    pairs: list[tuple[int, int]] = []
+    out_ops: list[int] = []
+    for i, (k, s, d, op) in enumerate(zip(ks, ss, ds, ops)):
+        k_eff = d * (k - 1) + 1
+        if name.startswith("keras") and given and op >= s:
+            raise PaddingError(
+                f"output_padding[{i}]={op} must be smaller than the stride ({s}) for "
+                f"padding={rule!r} (Keras refuses it too); got output_padding={output_padding!r}"
+            )
+        if name == "keras_valid":
+            pairs.append((0, 0))
+            out_ops.append(op if given else max(s - k_eff, 0))
+        elif name == "keras_same" and not given:
+            total = k_eff - s  # TF SAME for an output of n*s
+            pairs.append((total // 2, total - total // 2) if total >= 0 else (0, 0))
+            out_ops.append(0 if total >= 0 else -total)
+        elif name == "keras_same":
+            # the output is (n-1)*s + k_eff%2 + op; TF pads that length's forward SAME conv
+            # with max(total, 0)//2 at the start and crops the rest at the end
+            whole = 2 * (k_eff // 2)
+            lo = max(whole - op, 0) // 2
+            pairs.append((lo, whole - lo))
+            out_ops.append(op)
+        else:
+            total = max(k_eff + op - s, 0)
+            small, big = total // 2, total - total // 2
+            pairs.append((small, big) if name == "onnx_same_upper" else (big, small))
+            out_ops.append(op)
+    return tuple(pairs), tuple(out_ops)

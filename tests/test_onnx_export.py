@@ -280,7 +280,10 @@ DYNAMIC: dict[str, tuple[Callable[[], nn.Module], str]] = {
         lambda: pnn.AvgPool2d(3, 2, padding="same", count_include_pad=False),
         "SAME_UPPER",
     ),
-    "avg_incl_d2": (lambda: pnn.AvgPool2d(3, 2, padding="same", dilation=2), "pad"),
+    "avg_incl_d2": (
+        lambda: pnn.AvgPool2d(3, 2, padding="same", dilation=2, count_include_pad=True),
+        "pad",
+    ),
     "avg_divisor": (lambda: pnn.AvgPool2d(3, 2, padding="same", divisor_override=4), "SAME_UPPER"),
     "lp3": (lambda: pnn.LPPool2d(3, 3, 2, padding="same"), "SAME_UPPER"),
     "mixed_axes": (lambda: pnn.Conv2d(C, 4, 3, stride=(1, 2), padding=("causal", "same")), "pad"),

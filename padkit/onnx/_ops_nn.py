@@ -104,6 +104,33 @@ def conv(ctx: NodeContext) -> list[Value | None]:
     return [ctx.module(dyn, *args)]
 
 
+def _transpose_pads(
+    ctx: NodeContext, nd: int, output_padding: tuple[int, ...]
+) -> tuple[tuple[tuple[int, int], ...], tuple[int, ...]]:
+    """A ConvTranspose's explicit ``pads`` as crops, and its output padding.
+
+    tf2onnx writes a negative end pad where TensorFlow's output runs past the full
+    transposed conv (Keras ``Conv*DTranspose`` with ``"valid"`` and a kernel smaller than
+    the stride, or with ``output_padding``): the output formula
+    ``(n-1)*s + k_eff + output_padding - begin - end`` then extends the end with zeros
+    (plus the bias), which is what TensorFlow computes; padkit adds it to the output
+    padding. (onnxruntime refuses negative pads.) A negative begin pad is refused.
+    """
+    pads = ctx.ints("pads")
+    if not pads:
+        return ((0, 0),) * nd, output_padding
+    if len(pads) != 2 * nd:
+        raise ctx.error(f"pads={pads} must have {2 * nd} values (all begins, then all ends)")
+    begins, ends = [int(v) for v in pads[:nd]], [int(v) for v in pads[nd:]]
+    if min(begins) < 0:
+        raise ctx.unsupported(
+            f"pads={pads}: a negative begin pad would extend the output before its first "
+            "element, which no transposed conv computes"
+        )
+    ops = tuple(op + max(-end, 0) for op, end in zip(output_padding, ends))
+    return tuple(zip(begins, (max(end, 0) for end in ends))), ops
+
+
 @register("ConvTranspose")
 def conv_transpose(ctx: NodeContext) -> list[Value | None]:
     x, w, b = ctx.required(0), ctx.required(1), ctx.input(2)
@@ -124,8 +151,7 @@ def conv_transpose(ctx: NodeContext) -> list[Value | None]:
             raise ctx.error(f"output_shape={output_shape} must have {nd} value(s)")
     pairs: tuple[tuple[int, int], ...] = ((0, 0),) * nd
     if auto_pad == "NOTSET" and output_shape is None:
-        spec = _padding(ctx, nd)
-        pairs = tuple(a for a in spec.axes if isinstance(a, tuple))
+        pairs, output_padding = _transpose_pads(ctx, nd, output_padding)
     kernel = ctx.ints("kernel_shape")
     if isinstance(w, Const):
         kernel = [int(v) for v in w.tensor.shape[2:]]

@@ -1,0 +1,19 @@
+"""Collection order for the whole suite.
+
+TensorFlow, once imported, makes ``torch.export`` (and so torch.onnx's dynamo exporter)
+crash the process with a segmentation fault (TensorFlow 2.21 with torch 2.14, both CPU
+builds). The modules that import TensorFlow therefore run after every other test,
+doctests included.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+TENSORFLOW_MODULES = ("test_keras.py",)
+
+
+def pytest_collection_modifyitems(
+    session: pytest.Session, config: pytest.Config, items: list[pytest.Item]
+) -> None:
+    items.sort(key=lambda item: item.path.name in TENSORFLOW_MODULES)
