@@ -462,8 +462,10 @@ def test_bad_arguments() -> None:
     conv = pn.Conv1d(2, 2, 3, padding="causal")
     with pytest.raises(TypeError, match="model"):
         StreamingModule("conv")  # type: ignore[arg-type]
-    with pytest.raises(PaddingError, match="axis=1"):
-        StreamingModule(conv, axis=1)
+    with pytest.raises(PaddingError, match="axis=0"):
+        StreamingModule(conv, axis=0)
+    with pytest.raises(PaddingError, match="layer_axis=1"):
+        StreamingModule(conv, axis=1, layer_axis=1)
     with pytest.raises(PaddingError, match="axis=-2"):
         StreamingModule(conv, axis=-2)
     with pytest.raises(TypeError, match="axis"):

@@ -50,15 +50,16 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from . import functional as PF
-from . import nn as pnn
-from .spec import (
+from .. import functional as PF
+from .. import nn as pnn
+from ..spec import (
     Padding,
     PaddingError,
     _tuple_of,
     conv_output_size,
     pool_output_size,
 )
+from .convert import _KeywordTolerant
 
 __all__ = ["StreamingModule"]
 
@@ -81,7 +82,9 @@ _PADKIT_LAYERS = (
     pnn.LPPool2d,
     pnn.LPPool3d,
 )
-_KNOWN_FORWARDS = frozenset(c.forward for c in _CONVS + _POOLS + _PADKIT_LAYERS)
+_KNOWN_FORWARDS = frozenset(
+    [*(c.forward for c in _CONVS + _POOLS + _PADKIT_LAYERS), _KeywordTolerant.forward]
+)
 
 _ND = {
     nn.Conv1d: 1,
@@ -395,9 +398,18 @@ class _StreamLayer(nn.Module):
         object.__setattr__(self, "_layer", layer)
         self.plan = plan
 
-    def forward(self, x: Tensor) -> Tensor:
+    def forward(self, x: Tensor, *args: Any, **kwargs: Any) -> Tensor:
         runner: StreamingModule = object.__getattribute__(self, "_runner")
         layer: nn.Module = object.__getattribute__(self, "_layer")
+        if args or kwargs:
+            extra = [a for a in args if a is not None and a is not False]
+            extra += [k for k, v in kwargs.items() if v is not None and v is not False]
+            if extra or type(layer).forward is not _KeywordTolerant.forward:
+                raise PaddingError(
+                    f"StreamingModule: {type(layer).__name__} {self.plan.name!r} was called "
+                    f"with extra arguments {args!r} {kwargs!r}; a streamed layer takes the "
+                    "input only"
+                )
         return runner._run_layer(self.plan, layer, x)
 
 
@@ -434,8 +446,13 @@ class StreamingModule(nn.Module):
     Args:
         model: the model; it is not modified (its layers are swapped for stand-ins only
             while a step runs, so do not call ``model`` from another thread meanwhile).
-        axis: the time axis of the inputs, counted in the input tensor's dims: ``-1`` for
-            ``(N, C, T)`` audio, ``2`` (or ``-3``) for ``(N, C, T, H, W)`` video.
+        axis: the time axis of the model's input and output, counted in their dims:
+            ``-1`` for ``(N, C, T)`` audio, ``1`` for ``(N, T, D)`` sequences (channels last,
+            as transformers and pytorch-tcn's ``input_shape="NLC"`` take them), ``2`` (or
+            ``-3``) for ``(N, C, T, H, W)`` video.
+        layer_axis: the time axis of the conv and pool inputs inside the model, counted in
+            their ``(N, C, ...)`` dims; default ``axis``, or ``-1`` when ``axis=1`` (the model
+            transposes ``(N, T, D)`` to ``(N, D, T)`` for its convs).
         allow: extra leaf module types, or qualified module names, that act on each time
             step on its own (e.g. a custom activation).
 
@@ -469,6 +486,7 @@ class StreamingModule(nn.Module):
         model: nn.Module,
         axis: int = -1,
         *,
+        layer_axis: int | None = None,
         allow: Sequence[type[nn.Module] | str] = (),
     ) -> None:
         super().__init__()
@@ -478,10 +496,20 @@ class StreamingModule(nn.Module):
             )
         if isinstance(axis, bool) or not isinstance(axis, int):
             raise TypeError(f"StreamingModule: axis must be an int, got {axis!r}")
-        if axis in (0, 1):
+        if axis == 0:
             raise PaddingError(
-                f"StreamingModule: axis={axis} is the batch or channel axis; the time axis is a "
-                "spatial axis: -1 for (N, C, T), 2 for (N, C, T, H, W)"
+                "StreamingModule: axis=0 is the batch axis; pass the time axis: -1 for "
+                "(N, C, T), 1 for (N, T, D), 2 for (N, C, T, H, W)"
+            )
+        if layer_axis is None:
+            layer_axis = -1 if axis == 1 else axis
+        if isinstance(layer_axis, bool) or not isinstance(layer_axis, int):
+            raise TypeError(f"StreamingModule: layer_axis must be an int, got {layer_axis!r}")
+        if layer_axis in (0, 1):
+            raise PaddingError(
+                f"StreamingModule: layer_axis={layer_axis} is the batch or channel axis of the "
+                "conv inputs; the time axis is a spatial axis: -1 for (N, C, T), 2 for "
+                "(N, C, T, H, W)"
             )
         for a in allow:
             if not isinstance(a, str) and not (isinstance(a, type) and issubclass(a, nn.Module)):
@@ -491,6 +519,7 @@ class StreamingModule(nn.Module):
                 )
         self.model = model
         self.axis = axis
+        self.layer_axis = layer_axis
         self._allow_types = tuple(a for a in allow if not isinstance(a, str))
         self._allow_names = frozenset(a for a in allow if isinstance(a, str))
         self._plans: dict[str, _Plan] = {}
@@ -530,7 +559,7 @@ class StreamingModule(nn.Module):
                     f"StreamingModule cannot stream {type(module).__name__} {label!r}: {why}"
                 )
         if isinstance(module, _CONVS + _POOLS):
-            plan = _plan_layer(label, module, self.axis)
+            plan = _plan_layer(label, module, self.layer_axis)
             self._plans[label] = plan
             stand_in = _StreamLayer(self, plan, module)
             self._stand_ins[id(module)] = stand_in
@@ -543,6 +572,8 @@ class StreamingModule(nn.Module):
         if isinstance(module, (_PER_STEP, self._allow_types)):
             return
         children = list(module.named_children())
+        if not children and isinstance(module, (nn.ModuleList, nn.ModuleDict, nn.Sequential)):
+            return  # an empty container (e.g. a list of optional layers, all None)
         if not children:
             raise PaddingError(
                 f"StreamingModule does not know whether {type(module).__name__} {label!r} acts "
@@ -687,11 +718,11 @@ class StreamingModule(nn.Module):
             raise TypeError(f"{what} must be a Tensor, got {type(chunk).__name__}")
         if chunk.dim() < 3:
             raise PaddingError(
-                f"{what} must be batched, (N, C, ...) with the time axis at axis={self.axis}, "
-                f"got shape {tuple(chunk.shape)}"
+                f"{what} must be batched, (N, C, ...) or (N, T, D), with the time axis at "
+                f"axis={self.axis}, got shape {tuple(chunk.shape)}"
             )
         dim = self.axis if self.axis >= 0 else chunk.dim() + self.axis
-        if not 2 <= dim < chunk.dim():
+        if not 1 <= dim < chunk.dim():
             raise PaddingError(
                 f"{what} of shape {tuple(chunk.shape)} has no spatial axis {self.axis}"
             )
