@@ -57,6 +57,7 @@ from ..spec import (
     PaddingError,
     _tuple_of,
     conv_output_size,
+    conv_transpose_output_size,
     pool_output_size,
 )
 from .convert import _KeywordTolerant
@@ -64,6 +65,7 @@ from .convert import _KeywordTolerant
 __all__ = ["StreamingModule"]
 
 _CONVS = (nn.Conv1d, nn.Conv2d, nn.Conv3d)
+_CONVTS = (nn.ConvTranspose1d, nn.ConvTranspose2d, nn.ConvTranspose3d)
 _MAX_POOLS = (nn.MaxPool1d, nn.MaxPool2d, nn.MaxPool3d)
 _AVG_POOLS = (nn.AvgPool1d, nn.AvgPool2d, nn.AvgPool3d)
 _LP_POOLS = (nn.LPPool1d, nn.LPPool2d, nn.LPPool3d)
@@ -81,12 +83,18 @@ _PADKIT_LAYERS = (
     pnn.LPPool1d,
     pnn.LPPool2d,
     pnn.LPPool3d,
+    pnn.ConvTranspose1d,
+    pnn.ConvTranspose2d,
+    pnn.ConvTranspose3d,
 )
 _KNOWN_FORWARDS = frozenset(
-    [*(c.forward for c in _CONVS + _POOLS + _PADKIT_LAYERS), _KeywordTolerant.forward]
+    [*(c.forward for c in _CONVS + _CONVTS + _POOLS + _PADKIT_LAYERS), _KeywordTolerant.forward]
 )
 
-_ND = {
+_ND: dict[type[nn.Module], int] = {
+    nn.ConvTranspose1d: 1,
+    nn.ConvTranspose2d: 2,
+    nn.ConvTranspose3d: 3,
     nn.Conv1d: 1,
     nn.Conv2d: 2,
     nn.Conv3d: 3,
@@ -152,10 +160,6 @@ _PER_STEP: tuple[type[nn.Module], ...] = (
 # a way padkit does not stream: refused with the reason.
 _REFUSED: tuple[tuple[tuple[type[nn.Module], ...], str], ...] = (
     (
-        (nn.ConvTranspose1d, nn.ConvTranspose2d, nn.ConvTranspose3d),
-        "transposed convs are not streamed by padkit yet",
-    ),
-    (
         (
             nn.AdaptiveAvgPool1d,
             nn.AdaptiveAvgPool2d,
@@ -218,8 +222,21 @@ _REFUSED: tuple[tuple[tuple[type[nn.Module], ...], str], ...] = (
 _BATCH_NORMS = (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d, nn.SyncBatchNorm)
 
 StreamState = dict[str, Tensor]
+# lookahead mode: the model input not yet committed, and the samples seen
+_INPUT_KEY = "<stream>.input"
+_POS_KEY = "<stream>.pos"
 
 _TORCH_CONV: dict[int, Any] = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}
+_TORCH_CONVT: dict[int, Any] = {
+    1: F.conv_transpose1d,
+    2: F.conv_transpose2d,
+    3: F.conv_transpose3d,
+}
+_CONVT_FN: dict[int, Any] = {
+    1: PF.conv_transpose1d,
+    2: PF.conv_transpose2d,
+    3: PF.conv_transpose3d,
+}
 _CONV_FN: dict[int, Any] = {1: PF.conv1d, 2: PF.conv2d, 3: PF.conv3d}
 _MAX_FN: dict[int, Any] = {1: PF.max_pool1d, 2: PF.max_pool2d, 3: PF.max_pool3d}
 _AVG_FN: dict[int, Any] = {1: PF.avg_pool1d, 2: PF.avg_pool2d, 3: PF.avg_pool3d}
@@ -238,34 +255,51 @@ def _lowest(dtype: torch.dtype) -> float:
 
 @dataclass(frozen=True)
 class _Plan:
-    """How one conv or pool streams along the time axis."""
+    """How one conv, pool or transposed conv streams along the time axis."""
 
     name: str
-    kind: str  # "conv", "max", "avg", "lp"
+    kind: str  # "conv", "max", "avg", "lp", "convt"
     nd: int
     ti: int  # index of the time axis among the layer's spatial axes
     k: tuple[int, ...]
     s: tuple[int, ...]
     d: tuple[int, ...]
-    lo: int  # left pad on the time axis
+    lo: int  # left pad on the time axis (transposed: what it crops at the start)
     replicate: bool  # time padding repeats the first frame
     padkit: bool  # a padkit layer (else a plain torch one)
+    hi: int = 0  # right pad (lookahead mode); transposed: outputs held back at the end
     # derived in __post_init__ (read on every step, so stored rather than computed)
     k_eff: int = field(init=False)
     stride: int = field(init=False)
     # samples of the padded input stream kept between chunks: k_eff - 1, or the whole left
-    # pad if that is longer (windows made of padding only)
+    # pad if that is longer (windows made of padding only); transposed convs keep the inputs
+    # that still reach the outputs not yet emitted
     history: int = field(init=False)
+    # a stride-1 conv/pool padded (k_eff - 1, 0): every chunk maps to itself, no arithmetic
+    simple: bool = field(init=False)
+    key_buf: str = field(init=False)
+    key_pos: str = field(init=False)
 
     def __post_init__(self) -> None:
         k_eff = self.d[self.ti] * (self.k[self.ti] - 1) + 1
+        stride = self.s[self.ti]
         object.__setattr__(self, "k_eff", k_eff)
-        object.__setattr__(self, "stride", self.s[self.ti])
-        object.__setattr__(self, "history", max(k_eff - 1, self.lo))
+        object.__setattr__(self, "stride", stride)
+        if self.kind == "convt":
+            hist = -(-(k_eff - 1 + self.hi) // stride)
+        elif self.hi > 0:  # lookahead: the right pad stands for samples not seen yet
+            hist = self.lo
+        else:
+            hist = max(k_eff - 1, self.lo)
+        object.__setattr__(self, "history", hist)
+        simple = self.kind != "convt" and stride == 1 and self.lo == k_eff - 1
+        object.__setattr__(self, "simple", simple)
+        object.__setattr__(self, "key_buf", f"{self.name}.buf")
+        object.__setattr__(self, "key_pos", f"{self.name}.pos")
 
     @property
     def stateless(self) -> bool:
-        return self.k_eff == 1 and self.stride == 1 and self.lo == 0
+        return self.kind != "convt" and self.k_eff == 1 and self.stride == 1 and self.lo == 0
 
     def offset(self, pos: int) -> int:
         """Where, in ``history ++ chunk``, the next output window starts, after ``pos`` input
@@ -282,6 +316,23 @@ class _Plan:
             return 0
         avail = self.history + length - self.offset(pos)
         return 0 if avail < self.k_eff else (avail - self.k_eff) // self.stride + 1
+
+    def emitted(self, pos: int) -> int:
+        """Transposed: outputs final after ``pos`` inputs (output j reads inputs up to
+        ``(j + lo) // s``; the last ``hi`` are held back, as the offline run crops them)."""
+        return max(0, pos * self.stride - self.lo - self.hi)
+
+    def window(self, pos: int, length: int) -> tuple[int, int]:
+        """``(start, count)`` of this chunk's outputs: for convs and pools the start of the
+        first window in ``history ++ chunk``; for transposed convs the first output to keep
+        in the full (uncropped) transposed output of ``history ++ chunk``."""
+        if self.kind == "convt":
+            first = self.emitted(pos)
+            count = self.emitted(pos + length) - first
+            return first + self.lo - (pos - self.history) * self.stride, count
+        if self.simple:
+            return 0, length
+        return self.offset(pos), self.outputs(pos, length)
 
 
 def _time_index(axis: int, nd: int, name: str) -> int:
@@ -308,7 +359,7 @@ def _torch_pairs(
     return tuple((p, p) for p in _tuple_of(padding, nd, "padding", minimum=0))
 
 
-def _plan_layer(name: str, layer: nn.Module, axis: int) -> _Plan:
+def _plan_layer(name: str, layer: nn.Module, axis: int, lookahead: bool = False) -> _Plan:
     nd = next(v for t, v in _ND.items() if isinstance(layer, t))
     ti = _time_index(axis, nd, name)
     what = f"{type(layer).__name__} {name!r}"
@@ -324,6 +375,8 @@ def _plan_layer(name: str, layer: nn.Module, axis: int) -> _Plan:
             "conv/pool itself and would skip that code"
         )
     is_padkit = isinstance(layer, _PADKIT_LAYERS)
+    if isinstance(layer, _CONVTS):
+        return _plan_transposed(name, layer, nd, ti, what, is_padkit, lookahead)
     if isinstance(layer, _CONVS):
         kind = "conv"
         k = _tuple_of(layer.kernel_size, nd, "kernel_size")
@@ -365,16 +418,30 @@ def _plan_layer(name: str, layer: nn.Module, axis: int) -> _Plan:
             ) from None
     else:
         (lo, hi) = _torch_pairs(getattr(layer, "padding", 0), k, d)[ti]
-    if hi != 0:
+    k_eff = d[ti] * (k[ti] - 1) + 1
+    if lookahead and (s[ti] != 1 or lo + hi != k_eff - 1):
+        raise PaddingError(
+            f"StreamingModule(lookahead=...): {what} has stride {s[ti]} and time pads "
+            f"{(lo, hi)} (effective kernel {k_eff}); lookahead streaming needs stride 1 and "
+            "pads that keep the length (lo + hi = k_eff - 1: 'same', 'causal', symmetric "
+            "(k-1)/2)"
+        )
+    if hi != 0 and not lookahead:
         raise PaddingError(
             f"StreamingModule: {what} pads the time axis (axis {axis}) with {(lo, hi)}: the "
             f"right pad {hi} needs samples from the future. Use padding='causal' (or "
-            "'causal_block') on the time axis, e.g. ('causal', 'same', 'same') for video"
+            "'causal_block') on the time axis, e.g. ('causal', 'same', 'same') for video, or "
+            "stream with a delay: StreamingModule(model, lookahead='auto')"
         )
     replicate = False
-    if kind == "conv" and lo > 0:
+    if kind == "conv" and lo + hi > 0:
         mode: Any = layer.padding_mode
         tmode = mode if isinstance(mode, str) else mode[ti]
+        if tmode == "replicate" and lookahead:
+            raise PaddingError(
+                f"StreamingModule(lookahead=...): {what} pads the time axis in mode "
+                "'replicate'; lookahead streaming pads time with zeros only"
+            )
         if tmode == "replicate":
             replicate = True
         elif tmode != "zeros":
@@ -383,7 +450,48 @@ def _plan_layer(name: str, layer: nn.Module, axis: int) -> _Plan:
                 "samples from the future; stream with 'zeros' or 'replicate' (repeat the first "
                 "frame) on the time axis, e.g. padding_mode=('replicate', 'zeros', 'zeros')"
             )
-    return _Plan(name, kind, nd, ti, k, s, d, lo, replicate, is_padkit)
+    return _Plan(name, kind, nd, ti, k, s, d, lo, replicate, is_padkit, hi)
+
+
+def _plan_transposed(
+    name: str, layer: Any, nd: int, ti: int, what: str, is_padkit: bool, lookahead: bool
+) -> _Plan:
+    k = _tuple_of(layer.kernel_size, nd, "kernel_size")
+    s = _tuple_of(layer.stride, nd, "stride")
+    d = _tuple_of(layer.dilation, nd, "dilation")
+    op = _tuple_of(layer.output_padding, nd, "output_padding", minimum=0)
+    if lookahead:
+        raise PaddingError(
+            f"StreamingModule(lookahead=...): {what} is a transposed conv; lookahead streaming "
+            "takes stride-1 models only (stream a causal decoder without lookahead)"
+        )
+    if is_padkit:
+        found = set()
+        for n in (7, 8, 9):
+            sizes = [max(kk, 2) for kk in k]
+            sizes[ti] = n
+            found.add(tuple(layer.resolved_crops(tuple(sizes)))[ti])
+        if len(found) != 1:
+            raise PaddingError(
+                f"StreamingModule: {what} crops its time axis by an amount that depends on the "
+                "sequence length; use padding='causal' on the time axis"
+            )
+        ((lo, hi),) = found
+    else:
+        pad = _tuple_of(layer.padding, nd, "padding", minimum=0)
+        lo, hi = pad[ti], pad[ti]
+    k_eff = d[ti] * (k[ti] - 1) + 1
+    # the offline output crops hi - op at the end of the full (n-1)*s + k_eff outputs; the
+    # outputs a stream can finalise after n inputs end at n*s: held back = the difference
+    held = hi - op[ti] - (k_eff - s[ti])
+    if held < 0:
+        raise PaddingError(
+            f"StreamingModule: {what} (kernel {k[ti]}, stride {s[ti]}, dilation {d[ti]}) crops "
+            f"{(lo, hi)} with output_padding {op[ti]} on the time axis: its last {-held} "
+            "output(s) read only the last input and exist only once the sequence ends. Crop "
+            "k_eff - stride at the end (padding='causal') to stream it"
+        )
+    return _Plan(name, "convt", nd, ti, k, s, d, lo, False, is_padkit, held)
 
 
 # ----------------------------------------------------------------------------- the runner
@@ -420,6 +528,9 @@ class _Context:
     lazy: bool = False
     created: StreamState = field(default_factory=dict)
     static_pos: dict[str, int] | None = None
+    # lookahead mode: (start, commit, end) stream times of this step: every tensor covers
+    # [start, end), the samples before commit become history
+    lookahead: tuple[int, int, int] | None = None
     record: dict[str, tuple[int, int]] | None = None
     called: set[str] = field(default_factory=set)
 
@@ -487,9 +598,19 @@ class StreamingModule(nn.Module):
         axis: int = -1,
         *,
         layer_axis: int | None = None,
+        lookahead: int | str | None = None,
         allow: Sequence[type[nn.Module] | str] = (),
     ) -> None:
         super().__init__()
+        if (
+            lookahead is not None
+            and lookahead != "auto"
+            and (isinstance(lookahead, bool) or not isinstance(lookahead, int) or lookahead < 0)
+        ):
+            raise PaddingError(
+                f"StreamingModule: lookahead must be None (causal), 'auto' (the sum of the "
+                f"layers' right pads) or a non-negative int of samples, got {lookahead!r}"
+            )
         if not isinstance(model, nn.Module):
             raise TypeError(
                 f"StreamingModule: model must be an nn.Module, got {type(model).__name__}"
@@ -532,8 +653,19 @@ class StreamingModule(nn.Module):
         self._lock = threading.RLock()
         self._state: StreamState | None = None
         self._pairs_cache: dict[tuple[str, tuple[int, ...]], tuple[tuple[int, int], ...]] = {}
+        self._lookahead_mode = lookahead is not None
         self._scan(model, "", set())
         self._stand_ins.clear()
+        need = sum(p.hi for p in self._plans.values() if p.kind != "convt")
+        self._delay: int = 0
+        if lookahead is not None:
+            self._delay = need if lookahead == "auto" else int(lookahead)
+            top = max((p.hi for p in self._plans.values()), default=0)
+            if self._delay < top:
+                raise PaddingError(
+                    f"StreamingModule: lookahead={lookahead} is smaller than the right pad "
+                    f"{top} of one layer; the model needs up to {need} samples ('auto')"
+                )
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
@@ -558,8 +690,8 @@ class StreamingModule(nn.Module):
                 raise PaddingError(
                     f"StreamingModule cannot stream {type(module).__name__} {label!r}: {why}"
                 )
-        if isinstance(module, _CONVS + _POOLS):
-            plan = _plan_layer(label, module, self.layer_axis)
+        if isinstance(module, _CONVS + _CONVTS + _POOLS):
+            plan = _plan_layer(label, module, self.layer_axis, self._lookahead_mode)
             self._plans[label] = plan
             stand_in = _StreamLayer(self, plan, module)
             self._stand_ins[id(module)] = stand_in
@@ -668,7 +800,9 @@ class StreamingModule(nn.Module):
                 dtype=dtype or example.dtype,
                 device=device if device is not None else example.device,
             )
-            ctx = _Context(state_in={}, lazy=True)
+            dim = self.axis if self.axis >= 0 else probe.dim() + self.axis
+            span = (0, 0, int(probe.shape[dim])) if self._lookahead_mode else None
+            ctx = _Context(state_in={}, lazy=True, lookahead=span)
             with torch.no_grad():
                 self._run(probe, ctx)
             return ctx.created
@@ -679,7 +813,7 @@ class StreamingModule(nn.Module):
         state: StreamState = {}
         for plan in self._stateful():
             layer = self._layer(plan)
-            if plan.kind != "conv" or plan.nd != 1:
+            if plan.kind not in ("conv", "convt") or plan.nd != 1:
                 raise PaddingError(
                     f"init_state(): the buffer shape of {type(layer).__name__} {plan.name!r} "
                     "depends on its input; pass example=<an input chunk>"
@@ -703,13 +837,53 @@ class StreamingModule(nn.Module):
         else:
             buf = torch.zeros(tuple(shape), dtype=dtype, device=device)
         return {
-            f"{plan.name}.buf": buf,
-            f"{plan.name}.pos": torch.zeros((), dtype=torch.int64, device=device),
+            plan.key_buf: buf,
+            plan.key_pos: torch.zeros((int(shape[0]),), dtype=torch.int64, device=device),
         }
 
-    def reset(self) -> None:
-        """Forget the state that :meth:`forward` keeps (the next call starts a new stream)."""
-        self._state = None
+    def reset(self, rows: Sequence[int] | Tensor | None = None) -> None:
+        """Forget the state that :meth:`forward` keeps: all of it (the next call starts a new
+        stream), or only that of the batch ``rows`` (see :meth:`reset_rows`)."""
+        if rows is None or self._state is None:
+            self._state = None
+            return
+        self._state = self.reset_rows(self._state, rows)
+
+    def reset_rows(self, state: StreamState, rows: Sequence[int] | Tensor) -> StreamState:
+        """A copy of ``state`` in which the streams of the batch ``rows`` start over.
+
+        Every row of a batch keeps its own sample count, so streams that start, restart or
+        stop at different times share one batch; each row's outputs equal that stream run
+        alone. A strided layer can serve rows at different counts only while they complete
+        the same number of outputs per chunk: reset rows when the other rows have seen a
+        multiple of the model's total stride and feed chunks of such lengths (else
+        :meth:`step` raises). Not available with ``lookahead`` (one delay line per batch).
+        """
+        if self._lookahead_mode:
+            raise PaddingError(
+                "reset_rows(): a lookahead stream holds one input delay line for the whole "
+                "batch; reset the whole state (init_state()) instead"
+            )
+        if not isinstance(state, dict):
+            raise TypeError(f"reset_rows(): state must be a state dict, got {type(state).__name__}")
+        idx = torch.as_tensor(rows, dtype=torch.int64).flatten()
+        new = dict(state)
+        for plan in self._stateful():
+            buf, pos = state.get(plan.key_buf), state.get(plan.key_pos)
+            if buf is None or pos is None:
+                continue
+            n = int(pos.shape[0]) if pos.dim() else 1
+            if idx.numel() and (int(idx.min()) < -n or int(idx.max()) >= n):
+                raise PaddingError(
+                    f"reset_rows(): rows={rows!r} out of range for a batch of {n} streams"
+                )
+            fill = _lowest(buf.dtype) if plan.kind == "max" else 0.0
+            b = buf.clone()
+            b[idx.to(buf.device)] = fill
+            p = pos.clone() if pos.dim() else pos.expand(n).clone()
+            p[idx.to(pos.device)] = 0
+            new[plan.key_buf], new[plan.key_pos] = b, p
+        return new
 
     # ------------------------------------------------------------------ stepping
 
@@ -730,8 +904,12 @@ class StreamingModule(nn.Module):
     def step(self, chunk: Tensor, state: StreamState) -> tuple[Any, StreamState]:
         """Feed one chunk; return the outputs it completes and the next state.
 
+        With ``lookahead``, the outputs lag the input by :attr:`delay` samples; the last
+        ones come out of :meth:`flush` when the stream ends.
+
         Args:
-            chunk: ``(N, C, ...)`` with any number of samples on the time axis.
+            chunk: ``(N, C, ...)`` (or ``(N, T, D)`` with ``axis=1``) with any number of
+                samples on the time axis.
             state: from :meth:`init_state` or the previous step (not modified).
 
         Returns:
@@ -743,15 +921,76 @@ class StreamingModule(nn.Module):
                 f"step(): state must be the dict from init_state() or step(), got "
                 f"{type(state).__name__}"
             )
+        if self._lookahead_mode:
+            return self._step_lookahead(chunk, state, final=False, lazy=False)
         ctx = _Context(state_in=state)
         out = self._run(chunk, ctx)
         new_state = dict(state)
         new_state.update(ctx.state_out)
         return out, new_state
 
+    def flush(self, state: StreamState, example: Tensor | None = None) -> Any:
+        """End the stream: the outputs still held back (lookahead mode), as the full-sequence
+        run computes them with the right padding at the sequence's end.
+
+        ``example`` (any chunk, for its shape) is needed only when no step has run yet. In
+        causal mode nothing is held back and the output has time length 0.
+        """
+        if not isinstance(state, dict):
+            raise TypeError(f"flush(): state must be a state dict, got {type(state).__name__}")
+        held = state.get(_INPUT_KEY)
+        if example is None and held is None:
+            raise PaddingError("flush(): pass example= (a chunk) when no step has run")
+        probe = held if held is not None else example
+        assert probe is not None
+        dim = self.axis if self.axis >= 0 else probe.dim() + self.axis
+        empty = probe.narrow(dim, 0, 0)
+        if self._lookahead_mode:
+            return self._step_lookahead(empty, state, final=True, lazy=False)[0]
+        return self.step(empty, state)[0]
+
+    def _step_lookahead(
+        self, chunk: Tensor, state: StreamState, *, final: bool, lazy: bool
+    ) -> tuple[Any, StreamState]:
+        dim = self.axis if self.axis >= 0 else chunk.dim() + self.axis
+        held = state.get(_INPUT_KEY)
+        pos_t = state.get(_POS_KEY)
+        n_prev = int(pos_t) if pos_t is not None else 0
+        x = chunk if held is None or held.shape[dim] == 0 else torch.cat([held, chunk], dim)
+        n = n_prev + int(chunk.shape[dim])
+        start = max(0, n_prev - self._delay)
+        if held is not None and held.shape[dim] != n_prev - start:
+            raise PaddingError(
+                f"step(): state {_INPUT_KEY!r} holds {held.shape[dim]} samples, expected "
+                f"{n_prev - start}; pass the state returned by the previous step"
+            )
+        commit = n if final else max(start, n - self._delay)
+        ctx = _Context(state_in=state, lazy=lazy, lookahead=(start, commit, n))
+        out = self._run(x, ctx)
+        if isinstance(out, Tensor):
+            odim = self.axis if self.axis >= 0 else out.dim() + self.axis
+            if out.shape[odim] != n - start:
+                raise PaddingError(
+                    f"StreamingModule(lookahead=...): the model returned {out.shape[odim]} "
+                    f"time steps for {n - start} input samples; lookahead streaming needs a "
+                    "model whose output has one step per input sample"
+                )
+            out = out.narrow(odim, 0, commit - start)
+        new_state = dict(ctx.created)
+        new_state.update(state)
+        new_state.update(ctx.state_out)
+        new_state[_INPUT_KEY] = x.narrow(dim, commit - start, n - commit).clone()
+        new_state[_POS_KEY] = torch.tensor(n, dtype=torch.int64, device=chunk.device)
+        return out, new_state
+
     def forward(self, chunk: Tensor) -> Any:
         """Feed one chunk, keeping the state inside the module (see :meth:`reset`)."""
         self._check_chunk(chunk, "forward(): chunk")
+        if self._lookahead_mode:
+            out, self._state = self._step_lookahead(
+                chunk, self._state or {}, final=False, lazy=True
+            )
+            return out
         ctx = _Context(state_in=self._state if self._state is not None else {}, lazy=True)
         out = self._run(chunk, ctx)
         new_state = dict(ctx.created)
@@ -759,6 +998,17 @@ class StreamingModule(nn.Module):
         new_state.update(ctx.state_out)
         self._state = new_state
         return out
+
+    @property
+    def delay(self) -> int:
+        """Samples by which the outputs lag the input (lookahead mode; 0 when causal)."""
+        return self._delay
+
+    @property
+    def delays(self) -> dict[str, int]:
+        """Each layer's lookahead: its right pad on the time axis, in samples (lookahead
+        mode). :attr:`delay` is their sum unless ``lookahead`` was given as a number."""
+        return {n: p.hi for n, p in self._plans.items() if p.kind != "convt" and p.hi > 0}
 
     @property
     def state(self) -> StreamState | None:
@@ -794,51 +1044,120 @@ class StreamingModule(nn.Module):
                 f"needs batched (N, C, {', '.join('*' * plan.nd)}) inputs"
             )
         td = 2 + plan.ti
-        length = int(x.shape[td])
+        length = x.shape[td]
         if plan.stateless:
             return layer(x) if length > 0 else self._empty(plan, layer, x)
-        key_buf, key_pos = f"{plan.name}.buf", f"{plan.name}.pos"
-        if key_buf not in ctx.state_in or key_pos not in ctx.state_in:
-            if not ctx.lazy:
-                raise PaddingError(
-                    f"step(): the state has no entry {key_buf!r}/{key_pos!r} for "
-                    f"{type(layer).__name__} {plan.name!r}; build the state with init_state()"
-                )
+        key_buf, key_pos = plan.key_buf, plan.key_pos
+        state_in = ctx.state_in
+        if key_buf in state_in and key_pos in state_in:
+            buf, pos = state_in[key_buf], state_in[key_pos]
+        elif ctx.lazy:
             shape = list(x.shape)
             shape[td] = plan.history
             fresh = self._fresh(plan, shape, x.dtype, x.device)
             ctx.created.update(fresh)
             buf, pos = fresh[key_buf], fresh[key_pos]
         else:
-            buf, pos = ctx.state_in[key_buf], ctx.state_in[key_pos]
-        want = list(x.shape)
-        want[td] = plan.history
-        if list(buf.shape) != want:
+            raise PaddingError(
+                f"step(): the state has no entry {key_buf!r}/{key_pos!r} for "
+                f"{type(layer).__name__} {plan.name!r}; build the state with init_state()"
+            )
+        if (
+            buf.shape[td] != plan.history
+            or buf.shape[:td] != x.shape[:td]
+            or (buf.shape[td + 1 :] != x.shape[td + 1 :])
+        ):
+            want = list(x.shape)
+            want[td] = plan.history
             raise PaddingError(
                 f"step(): state {key_buf!r} has shape {tuple(buf.shape)} but "
                 f"{type(layer).__name__} {plan.name!r} needs {tuple(want)} for an input chunk "
                 f"of shape {tuple(x.shape)} (batch size or input shape changed? start a new "
                 "state with init_state(), or reset() for forward())"
             )
-        pos_i = ctx.static_pos[plan.name] if ctx.static_pos is not None else int(pos.item())
+        if ctx.lookahead is not None:
+            return self._run_layer_lookahead(plan, layer, x, buf, pos, ctx)
+        if ctx.static_pos is not None:
+            pos_i = ctx.static_pos[plan.name]
+            mixed = True
+        else:
+            pos_i, mixed = self._phase(plan, pos, length)
         if ctx.record is not None:
             ctx.record[plan.name] = (pos_i, length)
         if plan.replicate and length > 0:
-            first = x.narrow(td, 0, 1).expand(want)
-            if ctx.static_pos is not None:
-                buf = torch.where(pos == 0, first, buf)
+            first = x.narrow(td, 0, 1).expand(buf.shape)
+            if mixed:
+                buf = torch.where((pos == 0).view(-1, *[1] * (x.dim() - 1)), first, buf)
             elif pos_i == 0:
                 buf = first
         cat = torch.cat([buf, x], dim=td) if plan.history > 0 else x
-        off = plan.offset(pos_i)
-        m = plan.outputs(pos_i, length)
+        off, m = plan.window(pos_i, length)
         if m > 0:
-            seg = cat.narrow(td, off, (m - 1) * plan.stride + plan.k_eff)
-            y = self._op(plan, layer, seg, cat, pos, off)
+            if plan.kind == "convt":
+                y = self._op_transposed(plan, layer, cat)
+                if off != 0 or y.shape[td] != m:
+                    y = y.narrow(td, off, m)
+            else:
+                span = (m - 1) * plan.stride + plan.k_eff
+                seg = cat if off == 0 and span == cat.shape[td] else cat.narrow(td, off, span)
+                y = self._op(plan, layer, seg, pos - plan.history + off, None)
         else:
             y = self._empty(plan, layer, x)
-        ctx.state_out[key_buf] = cat.narrow(td, length, plan.history).clone()
+        if plan.history > 0:
+            tail = cat.narrow(td, length, plan.history)
+            # a short view would pin a long chunk's memory: copy it then
+            ctx.state_out[key_buf] = tail.clone() if cat.shape[td] > 4 * plan.history else tail
+        else:
+            ctx.state_out[key_buf] = buf
         ctx.state_out[key_pos] = pos + length
+        return y
+
+    def _phase(self, plan: _Plan, pos: Tensor, length: int) -> tuple[int, bool]:
+        """The sample count all rows share for this layer's windows, and whether the rows'
+        counts differ (then only where the difference does not matter)."""
+        if pos.dim() == 0:
+            return int(pos), False
+        values = pos.tolist()
+        first = values[0]
+        if all(v == first for v in values):
+            return int(first), False
+        windows = {plan.window(int(v), length) for v in set(values)}
+        if len(windows) > 1:
+            raise PaddingError(
+                f"step(): the streams in this batch are at different phases of "
+                f"{plan.name!r} (stride {plan.stride}; samples seen per row: {values}), so "
+                "this chunk completes a different number of outputs per row. Reset rows only "
+                "when the other rows have seen a multiple of the model's total stride, and "
+                "feed chunks whose length is a multiple of it"
+            )
+        return int(first), True
+
+    def _run_layer_lookahead(
+        self, plan: _Plan, layer: nn.Module, x: Tensor, buf: Tensor, pos: Tensor, ctx: _Context
+    ) -> Tensor:
+        """Lookahead mode: ``x`` covers the uncommitted samples and the new chunk; the right
+        pad stands for the samples not seen yet, as if the stream ended now."""
+        assert ctx.lookahead is not None
+        start, commit, end = ctx.lookahead
+        td = 2 + plan.ti
+        parts = [buf, x] if plan.lo > 0 else [x]
+        if plan.hi > 0:
+            shape = list(x.shape)
+            shape[td] = plan.hi
+            fill = _lowest(x.dtype) if plan.kind == "max" else 0.0
+            parts.append(x.new_full(shape, fill))
+        cat = torch.cat(parts, dim=td) if len(parts) > 1 else x
+        t0 = torch.full((x.shape[0],), start - plan.lo, dtype=torch.int64, device=x.device)
+        if cat.shape[td] >= plan.k_eff:
+            y = self._op(plan, layer, cat, t0, end)
+        else:
+            y = self._empty(plan, layer, x)
+        if plan.lo > 0:
+            tail = cat.narrow(td, commit - start, plan.lo)
+            ctx.state_out[plan.key_buf] = tail.clone()
+        else:
+            ctx.state_out[plan.key_buf] = buf
+        ctx.state_out[plan.key_pos] = pos
         return y
 
     # ------------------------------------------------------------------ the ops
@@ -846,12 +1165,18 @@ class StreamingModule(nn.Module):
     def _pairs(
         self, plan: _Plan, layer: nn.Module, sizes: Sequence[int]
     ) -> tuple[tuple[int, int], ...]:
-        """The layer's pads for these spatial sizes, with the time axis unpadded."""
+        """The layer's pads (transposed: crops) for these spatial sizes, time unpadded."""
         key = (plan.name, tuple(sizes))
         cached = self._pairs_cache.get(key)
         if cached is not None:
             return cached
-        if plan.padkit:
+        if plan.kind == "convt":
+            if plan.padkit:
+                pairs = list(layer.resolved_crops(tuple(sizes)))  # type: ignore[operator]
+            else:
+                pad = _tuple_of(getattr(layer, "padding", 0), plan.nd, "padding", minimum=0)
+                pairs = [(p, p) for p in pad]
+        elif plan.padkit:
             probe = list(sizes)
             probe[plan.ti] = max(plan.k_eff, 1)
             pairs = list(layer.resolved_padding(tuple(probe)))  # type: ignore[operator]
@@ -863,10 +1188,32 @@ class StreamingModule(nn.Module):
             self._pairs_cache[key] = result
         return result
 
-    def _op(
-        self, plan: _Plan, layer: Any, seg: Tensor, cat: Tensor, pos: Tensor, off: int
-    ) -> Tensor:
-        if plan.lo == 0:
+    def _op_transposed(self, plan: _Plan, layer: Any, cat: Tensor) -> Tensor:
+        """The full (time-uncropped) transposed conv of ``history ++ chunk``."""
+        sizes = [int(v) for v in cat.shape[2:]]
+        pairs = self._pairs(plan, layer, sizes)
+        op = list(_tuple_of(layer.output_padding, plan.nd, "output_padding", minimum=0))
+        op[plan.ti] = 0
+        if all(p == (0, 0) for p in pairs) and not any(op):
+            return _TORCH_CONVT[plan.nd](  # type: ignore[no-any-return]
+                cat, layer.weight, layer.bias, plan.s, 0, 0, layer.groups, plan.d
+            )
+        return _CONVT_FN[plan.nd](  # type: ignore[no-any-return]
+            cat,
+            layer.weight,
+            layer.bias,
+            plan.s,
+            Padding(pairs),
+            tuple(op),
+            layer.groups,
+            plan.d,
+        )
+
+    def _op(self, plan: _Plan, layer: Any, seg: Tensor, t0: Tensor, end: int | None) -> Tensor:
+        """The layer, unpadded in time, on ``seg``; ``t0`` is the stream time of ``seg``'s
+        first sample per row (negative: the left pad), ``end`` the first time past the
+        stream's end (lookahead: the right pad), for pools that do not count pads."""
+        if plan.lo == 0 and plan.hi == 0 and plan.kind != "convt":
             # nothing to pad on the time axis: the layer's own forward is the full-sequence op
             return layer(seg)  # type: ignore[no-any-return]
         sizes = [int(v) for v in seg.shape[2:]]
@@ -904,14 +1251,16 @@ class StreamingModule(nn.Module):
                 seg, plan.k, plan.s, spec, layer.ceil_mode, layer.count_include_pad, divisor, plan.d
             )
         # average over the real samples only: pool the sum and, from a mask of which stream
-        # positions are real (not the left pad), the count
+        # positions are real (not the time pads), the count
         td = 2 + plan.ti
         total = avg(seg, plan.k, plan.s, spec, layer.ceil_mode, True, 1, plan.d)
-        idx = torch.arange(cat.shape[td], device=seg.device).narrow(0, off, seg.shape[td])
-        real = (idx + pos - plan.history >= 0).to(seg.dtype)
-        mshape = [1] * seg.dim()
+        times = t0.view(-1, 1) + torch.arange(seg.shape[td], device=seg.device)
+        real = times >= 0
+        if end is not None:
+            real = real & (times < end)
+        mshape = [seg.shape[0]] + [1] * (seg.dim() - 1)
         mshape[td] = seg.shape[td]
-        mask = real.view(mshape).expand([1, 1, *seg.shape[2:]])
+        mask = real.to(seg.dtype).view(mshape).expand([seg.shape[0], 1, *seg.shape[2:]])
         count = avg(mask, plan.k, plan.s, spec, layer.ceil_mode, True, 1, plan.d)
         return total / count  # type: ignore[no-any-return]
 
@@ -921,12 +1270,18 @@ class StreamingModule(nn.Module):
         pairs = self._pairs(plan, layer, sizes)
         shape = [
             int(x.shape[0]),
-            int(layer.out_channels) if plan.kind == "conv" else int(x.shape[1]),
+            int(layer.out_channels) if plan.kind in ("conv", "convt") else int(x.shape[1]),
         ]
         ceil = bool(getattr(layer, "ceil_mode", False))
+        if plan.kind == "convt":
+            op = _tuple_of(layer.output_padding, plan.nd, "output_padding", minimum=0)
         for i, (n, (lo, hi)) in enumerate(zip(sizes, pairs)):
             if i == plan.ti:
                 shape.append(0)
+            elif plan.kind == "convt":
+                shape.append(
+                    conv_transpose_output_size(n, plan.k[i], plan.s[i], plan.d[i], lo, hi) + op[i]
+                )
             elif plan.kind == "conv":
                 shape.append(conv_output_size(n, plan.k[i], plan.s[i], plan.d[i], lo, hi))
             else:
@@ -943,7 +1298,8 @@ class StreamingModule(nn.Module):
         rtol: float = 1e-5,
         atol: float = 1e-5,
     ) -> float:
-        """Stream ``x`` in chunks of ``chunk_sizes`` and compare with ``model(x)``.
+        """Stream ``x`` in chunks of ``chunk_sizes`` (then :meth:`flush`) and compare with
+        ``model(x)``.
 
         Returns the largest absolute difference; raises :class:`padkit.PaddingError` when
         the shapes differ or a value differs by more than ``atol + rtol * |full|`` (for
@@ -964,6 +1320,8 @@ class StreamingModule(nn.Module):
             for chunk in torch.split(x, sizes, dim=dim):
                 y, state = self.step(chunk, state)
                 outs.append(y)
+            if self._lookahead_mode:
+                outs.append(self.flush(state))
         if not isinstance(full, Tensor):
             raise TypeError(f"verify(): the model must return a Tensor, got {type(full).__name__}")
         odim = self.axis if self.axis >= 0 else full.dim() + self.axis
