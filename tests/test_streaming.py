@@ -557,6 +557,30 @@ def test_step_exports_to_onnx_with_state_and_matches_onnxruntime(tmp_path: objec
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
     for name, value in zip(names, final):
         torch.testing.assert_close(value, eager_state[name], rtol=1e-5, atol=1e-5)
+    # the batch is a graph dimension: the same file runs 3 streams
+    x3 = torch.randn(3, 2, 24)
+    state3 = sm.init_state(example=torch.zeros(3, 2, length))
+    got3, _ = run_onnx_stream(path, names, state3, list(torch.split(x3, length, dim=-1)))
+    with torch.no_grad():
+        torch.testing.assert_close(torch.cat(got3, -1), model(x3), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")
+@pytest.mark.filterwarnings("ignore::FutureWarning")
+def test_onnx_step_dynamic_batch_and_length(tmp_path: object) -> None:
+    """A stride-1 TCN exported with dynamic_length=True runs batches of 1 to 3 and chunks
+    of 1, 3 and 7 samples; a strided model refuses a dynamic length."""
+    path = str(tmp_path) + "/step.onnx"  # type: ignore[operator]
+    with pytest.raises(PaddingError, match="dynamic_length=True"):
+        StreamingModule(ExportNet()).export_onnx(path, torch.zeros(2, 2, 4), dynamic_length=True)
+    tcn = TCN(levels=2).eval()
+    st = StreamingModule(tcn)
+    names = st.export_onnx(path, torch.zeros(2, 2, 4), dynamic_length=True)
+    for n, length in ((1, 1), (3, 3), (2, 7)):
+        x = torch.randn(n, 2, 4 * length)
+        got, _ = run_onnx_stream(path, names, st.init_state(n), list(x.split(length, dim=-1)))
+        with torch.no_grad():
+            torch.testing.assert_close(torch.cat(got, -1), tcn(x), rtol=1e-5, atol=1e-5)
 
 
 def test_step_module_refuses_a_chunk_length_that_changes_the_phase() -> None:

@@ -41,6 +41,7 @@ added must emit their samples at the same times (see ``docs/causal-streaming.md`
 from __future__ import annotations
 
 import threading
+import warnings
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -333,6 +334,13 @@ class _Plan:
         if self.simple:
             return 0, length
         return self.offset(pos), self.outputs(pos, length)
+
+
+def _spatial(plan: _Plan, x: Tensor) -> list[int]:
+    """The spatial sizes of ``x`` with the time axis set to the kernel extent: the pads of
+    the other axes never depend on it, and export keeps the time length symbolic."""
+    sizes = [int(v) if i != plan.ti else plan.k_eff for i, v in enumerate(x.shape[2:])]
+    return sizes
 
 
 def _time_index(axis: int, nd: int, name: str) -> int:
@@ -1106,7 +1114,8 @@ class StreamingModule(nn.Module):
         if plan.history > 0:
             tail = cat.narrow(td, length, plan.history)
             # a short view would pin a long chunk's memory: copy it then
-            ctx.state_out[key_buf] = tail.clone() if cat.shape[td] > 4 * plan.history else tail
+            short = ctx.static_pos is None and cat.shape[td] <= 4 * plan.history
+            ctx.state_out[key_buf] = tail if short else tail.clone()
         else:
             ctx.state_out[key_buf] = buf
         ctx.state_out[key_pos] = pos + length
@@ -1190,7 +1199,7 @@ class StreamingModule(nn.Module):
 
     def _op_transposed(self, plan: _Plan, layer: Any, cat: Tensor) -> Tensor:
         """The full (time-uncropped) transposed conv of ``history ++ chunk``."""
-        sizes = [int(v) for v in cat.shape[2:]]
+        sizes = _spatial(plan, cat)
         pairs = self._pairs(plan, layer, sizes)
         op = list(_tuple_of(layer.output_padding, plan.nd, "output_padding", minimum=0))
         op[plan.ti] = 0
@@ -1216,7 +1225,7 @@ class StreamingModule(nn.Module):
         if plan.lo == 0 and plan.hi == 0 and plan.kind != "convt":
             # nothing to pad on the time axis: the layer's own forward is the full-sequence op
             return layer(seg)  # type: ignore[no-any-return]
-        sizes = [int(v) for v in seg.shape[2:]]
+        sizes = _spatial(plan, seg)
         pairs = self._pairs(plan, layer, sizes)
         nd = plan.nd
         if plan.kind == "conv" and all(p == (0, 0) for p in pairs):
@@ -1266,7 +1275,7 @@ class StreamingModule(nn.Module):
 
     def _empty(self, plan: _Plan, layer: Any, x: Tensor) -> Tensor:
         """The output of a chunk that completes no window (time length 0)."""
-        sizes = [int(v) for v in x.shape[2:]]
+        sizes = _spatial(plan, x)
         pairs = self._pairs(plan, layer, sizes)
         shape = [
             int(x.shape[0]),
@@ -1388,33 +1397,85 @@ class StreamingModule(nn.Module):
         path: str,
         example: Tensor,
         state: StreamState | None = None,
+        *,
+        dynamic_batch: bool = True,
+        dynamic_length: bool = False,
         **kwargs: Any,
     ) -> list[str]:
         """Export one step (see :meth:`step_module`) to ONNX with the state as explicit
         inputs and outputs.
 
         The graph's inputs are ``chunk`` and ``state_in.<key>``, its outputs ``output`` and
-        ``state_out.<key>``, the keys in the order returned. Keyword arguments go to
-        ``torch.onnx.export`` (``dynamo=True`` unless given; ``opset_version``, ...). Run it
-        by feeding each step's ``state_out.*`` back as the next step's ``state_in.*``,
-        starting from :meth:`init_state`.
+        ``state_out.<key>``, the keys in the order returned. Run it by feeding each step's
+        ``state_out.*`` back as the next step's ``state_in.*``, starting from
+        :meth:`init_state`.
+
+        Args:
+            path: the ``.onnx`` file to write.
+            example: a chunk of the shape to export (its batch size and, unless
+                ``dynamic_length``, its time length).
+            state: the state to export from (sets the phase; default a fresh one).
+            dynamic_batch: the batch size is a graph input dimension (default); every state
+                tensor shares it.
+            dynamic_length: the chunk length is a graph input dimension too; allowed when
+                every stateful layer is a stride-1 conv or pool padded ``(k_eff - 1, 0)``
+                (then no layer's phase depends on the length).
+            **kwargs: to ``torch.onnx.export`` (``dynamo=True`` unless given;
+                ``opset_version``, ...).
 
         Returns:
             The state keys, in graph order.
         """
+        if self._lookahead_mode:
+            raise PaddingError(
+                "export_onnx(): lookahead streams are not exported (the held input grows during "
+                "the first steps); export a causal model"
+            )
+        if dynamic_length:
+            bad = [p.name for p in self._stateful() if not p.simple]
+            if bad:
+                raise PaddingError(
+                    f"export_onnx(dynamic_length=True): {bad} have a stride, a transposed conv "
+                    "or a left pad other than k_eff - 1, so their phase depends on the chunk "
+                    "length; export a fixed length (a multiple of the total stride)"
+                )
         step = self.step_module(example, state)
         start = state if state is not None else self.init_state(example=example)
-        args = (torch.zeros_like(example), *[start[k] for k in step.state_names])
+        values = [start[k] for k in step.state_names]
+        args = (torch.zeros_like(example), *values)
+        dim = self.axis if self.axis >= 0 else example.dim() + self.axis
         kwargs.setdefault("dynamo", True)
         kwargs.setdefault("verbose", False)
-        torch.onnx.export(
-            step,
-            args,
-            path,
-            input_names=["chunk", *[f"state_in.{k}" for k in step.state_names]],
-            output_names=["output", *[f"state_out.{k}" for k in step.state_names]],
-            **kwargs,
-        )
+        names_in = ["chunk", *[f"state_in.{k}" for k in step.state_names]]
+        names_out = ["output", *[f"state_out.{k}" for k in step.state_names]]
+        if (
+            (dynamic_batch or dynamic_length)
+            and "dynamic_shapes" not in kwargs
+            and ("dynamic_axes" not in kwargs)
+        ):
+            if kwargs["dynamo"]:
+                batch = torch.export.Dim("batch", min=1, max=1 << 16)
+                chunk_dims: dict[int, Any] = {0: batch} if dynamic_batch else {}
+                if dynamic_length:
+                    chunk_dims[dim] = torch.export.Dim("time", min=1, max=1 << 20)
+                kwargs["dynamic_shapes"] = (
+                    chunk_dims,
+                    tuple({0: batch} if dynamic_batch and v.dim() else {} for v in values),
+                )
+            else:
+                axes: dict[str, dict[int, str]] = {}
+                for nm, v in zip(names_in + names_out, [example, *values] * 2):
+                    if dynamic_batch and v.dim():
+                        axes[nm] = {0: "batch"}
+                if dynamic_length:
+                    axes.setdefault("chunk", {})[dim] = "time"
+                kwargs["dynamic_axes"] = axes
+        with warnings.catch_warnings():
+            # the exporter notes that the state tensors share the chunk's batch dimension
+            warnings.filterwarnings("ignore", message=".*shares the same shape constraints.*")
+            torch.onnx.export(
+                step, args, path, input_names=names_in, output_names=names_out, **kwargs
+            )
         return list(step.state_names)
 
 
