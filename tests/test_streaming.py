@@ -967,3 +967,20 @@ def test_channels_last_input_with_axis_1(sizes: list[int]) -> None:
     x = torch.randn(2, 25, 3)
     assert_streams(model, x, sizes, axis=1)
     assert StreamingModule(model, axis=1).layer_axis == -1
+
+
+def test_one_sample_steps_of_a_dilated_weight_normed_tcn_equal_the_full_run() -> None:
+    """The lean one-sample path (taps every d-th sample through an undilated conv) and the
+    1x1 convs' direct path, on a weight-normed, grouped, dilated TCN, batch of 3."""
+    torch.manual_seed(51)
+    model = nn.Sequential(
+        pn.Conv1d(2, 6, 1),
+        TemporalBlock(6, 6, 3, 4),
+        weight_norm(pn.Conv1d(6, 6, 5, dilation=3, groups=3, padding="causal")),
+        nn.Conv1d(6, 2, 1),
+    ).eval()
+    x = torch.randn(3, 2, 30)
+    outs = assert_streams(model, x, [1] * 30)
+    assert all(o.shape[-1] == 1 for o in outs)
+    # chunks mixing lengths 1 and more, and the state after them, through the same layers
+    assert_streams(model, x, [1, 1, 5, 1, 0, 22])

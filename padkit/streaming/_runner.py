@@ -278,6 +278,8 @@ class _Plan:
     history: int = field(init=False)
     # a stride-1 conv/pool padded (k_eff - 1, 0): every chunk maps to itself, no arithmetic
     simple: bool = field(init=False)
+    fast: bool = field(init=False)  # ... and a plain 1-d conv: the lean step path
+    pointwise: bool = field(init=False)  # a 1-d conv of kernel 1, no pads: no state at all
     key_buf: str = field(init=False)
     key_pos: str = field(init=False)
 
@@ -295,6 +297,9 @@ class _Plan:
         object.__setattr__(self, "history", hist)
         simple = self.kind != "convt" and stride == 1 and self.lo == k_eff - 1
         object.__setattr__(self, "simple", simple)
+        fast = simple and self.kind == "conv" and self.nd == 1 and not self.replicate
+        object.__setattr__(self, "fast", fast and self.hi == 0 and k_eff > 1)
+        object.__setattr__(self, "pointwise", fast and self.hi == 0 and k_eff == 1)
         object.__setattr__(self, "key_buf", f"{self.name}.buf")
         object.__setattr__(self, "key_pos", f"{self.name}.pos")
 
@@ -510,13 +515,27 @@ class _StreamLayer(nn.Module):
 
     def __init__(self, runner: StreamingModule, plan: _Plan, layer: nn.Module) -> None:
         super().__init__()
+        # plain attributes (not submodules): the layer stays registered in the model only
         object.__setattr__(self, "_runner", runner)
         object.__setattr__(self, "_layer", layer)
-        self.plan = plan
+        object.__setattr__(self, "plan", plan)
+
+    _runner: StreamingModule
+    _layer: nn.Module
+    plan: _Plan
 
     def forward(self, x: Tensor, *args: Any, **kwargs: Any) -> Tensor:
-        runner: StreamingModule = object.__getattribute__(self, "_runner")
-        layer: nn.Module = object.__getattribute__(self, "_layer")
+        runner: StreamingModule = self._runner
+        layer: nn.Module = self._layer
+        plan = self.plan
+        if plan.fast and not args and not kwargs:
+            y = runner._run_fast(plan, layer, x)
+            if y is not None:
+                return y
+        elif plan.pointwise and not args and not kwargs and x.dim() == 3 and x.shape[2] > 0:
+            # a 1x1 conv: no state, no padding, the torch conv (skips the layer's own forward)
+            w: Any = layer
+            return F.conv1d(x, w.weight, w.bias, 1, 0, 1, w.groups)
         if args or kwargs:
             extra = [a for a in args if a is not None and a is not False]
             extra += [k for k, v in kwargs.items() if v is not None and v is not False]
@@ -541,6 +560,10 @@ class _Context:
     lookahead: tuple[int, int, int] | None = None
     record: dict[str, tuple[int, int]] | None = None
     called: set[str] = field(default_factory=set)
+    # per step: a layer's sample count advanced by the chunk length, shared by the layers
+    # that hold the same count tensor (saves one tensor op per layer)
+    advanced: dict[tuple[int, int], Tensor] = field(default_factory=dict)
+    shared_pos: dict[tuple[int, str], Tensor] = field(default_factory=dict)
 
 
 class StreamingModule(nn.Module):
@@ -819,6 +842,7 @@ class StreamingModule(nn.Module):
         dt = dtype or dflt_dtype
         dev = torch.device(device) if device is not None else dflt_device
         state: StreamState = {}
+        shared: dict[tuple[int, str], Tensor] = {}
         for plan in self._stateful():
             layer = self._layer(plan)
             if plan.kind not in ("conv", "convt") or plan.nd != 1:
@@ -827,7 +851,7 @@ class StreamingModule(nn.Module):
                     "depends on its input; pass example=<an input chunk>"
                 )
             channels: Any = layer.in_channels
-            state.update(self._fresh(plan, (n, int(channels), plan.history), dt, dev))
+            state.update(self._fresh(plan, (n, int(channels), plan.history), dt, dev, shared))
         return state
 
     def _layer(self, plan: _Plan) -> nn.Module:
@@ -837,17 +861,26 @@ class StreamingModule(nn.Module):
 
     @staticmethod
     def _fresh(
-        plan: _Plan, shape: Sequence[int], dtype: torch.dtype, device: torch.device
+        plan: _Plan,
+        shape: Sequence[int],
+        dtype: torch.dtype,
+        device: torch.device,
+        shared: dict[tuple[int, str], Tensor] | None = None,
     ) -> StreamState:
         if plan.kind == "max":
             fill = _lowest(dtype)
             buf = torch.full(tuple(shape), fill, dtype=dtype, device=device)
         else:
             buf = torch.zeros(tuple(shape), dtype=dtype, device=device)
-        return {
-            plan.key_buf: buf,
-            plan.key_pos: torch.zeros((int(shape[0]),), dtype=torch.int64, device=device),
-        }
+        # layers that see the same sample count share one count tensor (never mutated), so
+        # a step advances it once for all of them
+        key = (int(shape[0]), str(device))
+        pos = shared.get(key) if shared is not None else None
+        if pos is None:
+            pos = torch.zeros((int(shape[0]),), dtype=torch.int64, device=device)
+            if shared is not None:
+                shared[key] = pos
+        return {plan.key_buf: buf, plan.key_pos: pos}
 
     def reset(self, rows: Sequence[int] | Tensor | None = None) -> None:
         """Forget the state that :meth:`forward` keeps: all of it (the next call starts a new
@@ -876,6 +909,7 @@ class StreamingModule(nn.Module):
             raise TypeError(f"reset_rows(): state must be a state dict, got {type(state).__name__}")
         idx = torch.as_tensor(rows, dtype=torch.int64).flatten()
         new = dict(state)
+        counts: dict[int, Tensor] = {}  # shared count tensors stay shared
         for plan in self._stateful():
             buf, pos = state.get(plan.key_buf), state.get(plan.key_pos)
             if buf is None or pos is None:
@@ -888,8 +922,11 @@ class StreamingModule(nn.Module):
             fill = _lowest(buf.dtype) if plan.kind == "max" else 0.0
             b = buf.clone()
             b[idx.to(buf.device)] = fill
-            p = pos.clone() if pos.dim() else pos.expand(n).clone()
-            p[idx.to(pos.device)] = 0
+            p = counts.get(id(pos))
+            if p is None:
+                p = pos.clone() if pos.dim() else pos.expand(n).clone()
+                p[idx.to(pos.device)] = 0
+                counts[id(pos)] = p
             new[plan.key_buf], new[plan.key_pos] = b, p
         return new
 
@@ -1035,6 +1072,55 @@ class StreamingModule(nn.Module):
             finally:
                 self._ctx = None
 
+    def _advance(self, ctx: _Context, pos: Tensor, length: int) -> Tensor:
+        key = (id(pos), length)
+        new = ctx.advanced.get(key)
+        if new is None:
+            new = pos + length
+            ctx.advanced[key] = new
+            ctx.advanced[(id(new), -1)] = pos  # keeps ``pos`` alive, so its id stays unique
+        return new
+
+    def _run_fast(self, plan: _Plan, layer: Any, x: Tensor) -> Tensor | None:
+        """The lean step of a stride-1 causal 1-d conv: ``cat``, ``conv1d``, a view of the
+        tail. None when anything is unusual (the general path then checks and explains)."""
+        ctx = self._ctx
+        if (
+            ctx is None
+            or ctx.static_pos is not None
+            or ctx.lookahead is not None
+            or ctx.record is not None
+            or plan.name in ctx.called
+            or not isinstance(x, Tensor)
+            or x.dim() != 3
+        ):
+            return None
+        buf = ctx.state_in.get(plan.key_buf)
+        pos = ctx.state_in.get(plan.key_pos)
+        length = x.shape[2]
+        if (
+            buf is None
+            or pos is None
+            or length == 0
+            or buf.shape[0] != x.shape[0]
+            or buf.shape[1] != x.shape[1]
+            or buf.shape[2] != plan.history
+        ):
+            return None
+        ctx.called.add(plan.name)
+        cat = torch.cat((buf, x), 2)
+        dil = plan.d[0]
+        if length == 1 and dil > 1:
+            # one output: its taps, every dil-th sample, through the undilated conv (torch's
+            # dilated CPU conv costs several times more per call)
+            y = F.conv1d(cat[:, :, ::dil], layer.weight, layer.bias, 1, 0, 1, layer.groups)
+        else:
+            y = F.conv1d(cat, layer.weight, layer.bias, 1, 0, plan.d, layer.groups)
+        tail = cat.narrow(2, length, plan.history)
+        ctx.state_out[plan.key_buf] = tail.clone() if length > 3 * plan.history else tail
+        ctx.state_out[plan.key_pos] = self._advance(ctx, pos, length)
+        return y
+
     def _run_layer(self, plan: _Plan, layer: nn.Module, x: Tensor) -> Tensor:
         ctx = self._ctx
         if ctx is None:  # pragma: no cover - stand-ins exist only inside a step
@@ -1062,7 +1148,7 @@ class StreamingModule(nn.Module):
         elif ctx.lazy:
             shape = list(x.shape)
             shape[td] = plan.history
-            fresh = self._fresh(plan, shape, x.dtype, x.device)
+            fresh = self._fresh(plan, shape, x.dtype, x.device, ctx.shared_pos)
             ctx.created.update(fresh)
             buf, pos = fresh[key_buf], fresh[key_pos]
         else:
@@ -1118,7 +1204,7 @@ class StreamingModule(nn.Module):
             ctx.state_out[key_buf] = tail if short else tail.clone()
         else:
             ctx.state_out[key_buf] = buf
-        ctx.state_out[key_pos] = pos + length
+        ctx.state_out[key_pos] = self._advance(ctx, pos, length)
         return y
 
     def _phase(self, plan: _Plan, pos: Tensor, length: int) -> tuple[int, bool]:
