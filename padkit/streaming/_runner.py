@@ -25,12 +25,21 @@ Which modules stream:
   eval mode, and the channel-wise ``Linear``/``LayerNorm``/``RMSNorm``/``GLU``/softmax
   family (trusted to act on channels, not on time).
 * container modules (``nn.Sequential``, your residual blocks) run their own ``forward``.
+* transposed convs (padkit's or torch's) whose time crop leaves no output that waits for
+  the end of the sequence (``padding="causal"``: crop ``(0, k_eff - s)``), so that codec
+  and vocoder decoders stream.
 
 It refuses, naming the module: a conv or pool with right padding on the time axis (a
-``"same"`` conv), ``reflect``/``circular`` time padding, ``BatchNorm`` in train mode,
-``GroupNorm``/``InstanceNorm``, adaptive (global) pooling, transposed convs, upsampling,
-recurrent and attention layers, pad modules, ``Flatten``, and leaf modules it does not know
-(declare them per-time-step with ``allow=``).
+``"same"`` conv; stream it with ``lookahead=``), ``reflect``/``circular`` time padding,
+``BatchNorm`` in train mode, ``GroupNorm``/``InstanceNorm``, adaptive (global) pooling,
+upsampling, recurrent and attention layers, pad modules (``convert_causal`` rewrites
+them), ``Flatten``, and leaf modules it does not know (declare them per-time-step with
+``allow=``).
+
+With ``lookahead=`` (stride-1 models), layers padded on both sides of time stream with a
+fixed delay (every tensor of a step spans the uncommitted samples and the chunk; outputs
+``delay`` samples before the end are final) and :meth:`StreamingModule.flush` ends the
+stream. Every batch row keeps its own sample count (:meth:`StreamingModule.reset_rows`).
 
 What it cannot see: tensor code inside a ``forward`` (``x[..., :-2]``, ``x.mean(-1)``,
 ``F.conv1d`` on a layer's weight) is run as written on each chunk, and branches that are
@@ -581,7 +590,8 @@ class StreamingModule(nn.Module):
     The state is a flat ``dict`` of plain tensors, keyed ``"<layer name>.buf"`` (the last
     ``dilation*(kernel-1)`` samples of the layer's padded input stream, shape
     ``(N, C, ...)``, the time axis ``dilation*(kernel-1)`` long) and
-    ``"<layer name>.pos"`` (an int64 count of samples seen): save it with ``torch.save``,
+    ``"<layer name>.pos"`` (an int64 count of samples seen per batch row, shape ``(N,)``;
+    :meth:`reset_rows` restarts single streams): save it with ``torch.save``,
     move it with ``{k: v.to(device) for k, v in state.items()}``, start over with
     :meth:`init_state`. :meth:`step` never modifies the state it is given.
 
@@ -595,6 +605,9 @@ class StreamingModule(nn.Module):
         layer_axis: the time axis of the conv and pool inputs inside the model, counted in
             their ``(N, C, ...)`` dims; default ``axis``, or ``-1`` when ``axis=1`` (the model
             transposes ``(N, T, D)`` to ``(N, D, T)`` for its convs).
+        lookahead: ``None`` (causal: every time pad on the left), ``"auto"`` or a number of
+            samples: stream a stride-1 model whose layers also pad on the right, its outputs
+            delayed by :attr:`delay` samples (the last ones come from :meth:`flush`).
         allow: extra leaf module types, or qualified module names, that act on each time
             step on its own (e.g. a custom activation).
 
