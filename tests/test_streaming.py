@@ -921,9 +921,10 @@ def test_batched_streams_stride_1_reset_anywhere(sizes: list[int], reset_at: int
             outs0.append(y[:1])
             outs1.append(y[1:])
         torch.testing.assert_close(torch.cat(outs0, -1), model(x[:1]), rtol=1e-5, atol=1e-6)
-        torch.testing.assert_close(
-            torch.cat(outs1, -1), model(x[1:, :, start1:]), rtol=1e-5, atol=1e-6
-        )
+        if start1 < 30:  # (a reset after the last chunk leaves nothing to compare)
+            torch.testing.assert_close(
+                torch.cat(outs1, -1), model(x[1:, :, start1:]), rtol=1e-5, atol=1e-6
+            )
 
 
 def test_batched_streams_out_of_phase_are_refused_and_reset_forward_rows() -> None:

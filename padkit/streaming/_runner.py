@@ -533,6 +533,11 @@ class _StreamLayer(nn.Module):
     _layer: nn.Module
     plan: _Plan
 
+    def __call__(self, x: Tensor, *args: Any, **kwargs: Any) -> Tensor:
+        # a stand-in has no hooks: skip nn.Module's call machinery (it runs once per layer
+        # and step, which is the overhead that matters for small chunks)
+        return self.forward(x, *args, **kwargs)
+
     def forward(self, x: Tensor, *args: Any, **kwargs: Any) -> Tensor:
         runner: StreamingModule = self._runner
         layer: nn.Module = self._layer
@@ -1086,6 +1091,8 @@ class StreamingModule(nn.Module):
                 self._ctx = None
 
     def _advance(self, ctx: _Context, pos: Tensor, length: int) -> Tensor:
+        if ctx.static_pos is not None:  # export: the length may be symbolic
+            return pos + length
         key = (id(pos), length)
         new = ctx.advanced.get(key)
         if new is None:
@@ -1540,7 +1547,8 @@ class StreamingModule(nn.Module):
                 )
         step = self.step_module(example, state)
         start = state if state is not None else self.init_state(example=example)
-        values = [start[k] for k in step.state_names]
+        # distinct tensors: layers may share one count tensor, which export would alias
+        values = [start[k].clone() for k in step.state_names]
         args = (torch.zeros_like(example), *values)
         dim = self.axis if self.axis >= 0 else example.dim() + self.axis
         kwargs.setdefault("dynamo", True)
