@@ -341,3 +341,18 @@ def test_conv_transpose_nd_causal_time_same_space(nd: int) -> None:
     for ax in range(1, nd):
         y = y.narrow(2 + ax, 0, 5 * 2)
     torch.testing.assert_close(up(x), y, rtol=0, atol=1e-12)
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")
+@pytest.mark.filterwarnings("ignore::FutureWarning")
+def test_conv_transpose_causal_exports_to_onnx(tmp_path: object) -> None:
+    """The exported causal crop runs in onnxruntime with the same numbers (k=4, s=2)."""
+    import onnxruntime as ort
+
+    up = pn.ConvTranspose1d(2, 3, 4, stride=2, padding="causal").eval()
+    x = torch.randn(1, 2, 5)
+    path = str(tmp_path) + "/up.onnx"  # type: ignore[operator]
+    torch.onnx.export(up, (x,), path, dynamo=True, verbose=False)
+    sess = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    got = sess.run(None, {sess.get_inputs()[0].name: x.numpy()})[0]
+    np.testing.assert_allclose(got, up(x).detach().numpy(), rtol=1e-5, atol=1e-6)

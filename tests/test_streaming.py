@@ -937,6 +937,10 @@ def test_batched_streams_out_of_phase_are_refused_and_reset_forward_rows() -> No
         sm.step(torch.zeros(2, 2, 4), state)
     with pytest.raises(PaddingError, match="out of range"):
         sm.reset_rows(state, [5])
+    with pytest.raises(TypeError, match="rows must be"):
+        sm.reset_rows(state, ["a"])  # type: ignore[list-item]
+    with pytest.raises(TypeError, match="rows must be"):
+        sm.reset_rows(state, 1.5)  # type: ignore[arg-type]
     sm(torch.zeros(2, 2, 4))
     sm.reset(rows=[1])
     assert sm.state is not None and sm.state["0.pos"].tolist() == [4, 0]

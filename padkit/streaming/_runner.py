@@ -925,6 +925,17 @@ class StreamingModule(nn.Module):
             )
         if not isinstance(state, dict):
             raise TypeError(f"reset_rows(): state must be a state dict, got {type(state).__name__}")
+        ok = isinstance(rows, Tensor) and not rows.is_floating_point() and not rows.is_complex()
+        if not ok and not isinstance(rows, Tensor):
+            seq = list(rows) if isinstance(rows, (list, tuple, range)) else None
+            ok = seq is not None and all(
+                isinstance(r, int) and not isinstance(r, bool) for r in seq
+            )
+        if not ok:
+            raise TypeError(
+                f"reset_rows(): rows must be a list/tuple/range of ints or an integer tensor, "
+                f"got {rows!r}"
+            )
         idx = torch.as_tensor(rows, dtype=torch.int64).flatten()
         new = dict(state)
         counts: dict[int, Tensor] = {}  # shared count tensors stay shared
