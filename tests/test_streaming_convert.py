@@ -236,6 +236,40 @@ def test_wavenet_with_f_pad_modules_converts_and_streams(sizes: list[int]) -> No
     torch.testing.assert_close(streamed(new, x, sizes), full, rtol=1e-5, atol=1e-6)
 
 
+class InlineGated(nn.Module):
+    """F.pad written in the block's forward, feeding the filter and the gate convs."""
+
+    def __init__(self, c: int, k: int, d: int) -> None:
+        super().__init__()
+        self.left = (k - 1) * d
+        self.filter = nn.Conv1d(c, c, k, dilation=d)
+        self.gate = nn.Conv1d(c, c, k, dilation=d)
+        self.res = nn.Conv1d(c, c, 1)
+
+    def forward(self, x: Tensor) -> Tensor:
+        h = F.pad(x, (self.left, 0))
+        return x + self.res(torch.tanh(self.filter(h)) * torch.sigmoid(self.gate(h)))
+
+
+@settings(max_examples=6, deadline=None)
+@given(sizes=chunkings(30, max_cuts=10))
+def test_inline_f_pad_in_a_forward_is_moved_into_the_convs(sizes: list[int]) -> None:
+    torch.manual_seed(6)
+    net = nn.Sequential(nn.Conv1d(1, 4, 1), InlineGated(4, 3, 2), InlineGated(4, 2, 4)).eval()
+    x = torch.randn(2, 1, 30)
+    new, report = convert_causal(net, x)
+    assert new[1].filter.resolved_padding() == ((4, 0),) == new[1].gate.resolved_padding()
+    assert new[2].gate.resolved_padding() == ((4, 0),)
+    assert "torch.fx trace" in str(report)
+    with torch.no_grad():
+        full = net(x)
+    torch.testing.assert_close(new(x), full, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(streamed(new, x, sizes), full, rtol=1e-5, atol=1e-6)
+    # the root itself may be such a block
+    root, _ = convert_causal(InlineGated(1, 3, 1).eval(), torch.zeros(1, 1, 9))
+    assert root.filter.resolved_padding() == ((2, 0),)
+
+
 def test_pad_into_a_2d_conv_and_a_pad_used_twice_is_caught() -> None:
     """A ZeroPad2d before a spectrogram conv merges per axis; a pad whose output also feeds
     a residual add cannot be removed, and the final check says so."""

@@ -14,6 +14,10 @@ returns, and rewrites what it recognises:
   with value 0, or any parameter-free module whose output is its input zero-padded on the
   time axis, e.g. a module calling ``F.pad``): the pads move into every conv it feeds and
   the pad module becomes ``nn.Identity``;
+* **``F.pad`` written in a module's forward** and feeding only convs (a WaveNet gated block
+  padding once for its filter and gate convs): the module becomes its ``torch.fx`` trace
+  without the pad, and the pads move into the convs (a forward that fx cannot trace is
+  reported as skipped);
 * **a conv followed by a chomp** (the locuslab TCN: symmetric ``padding=(k-1)*d``, then
   ``Chomp1d`` cropping the end): the crop moves into the conv's right pad (``(p, p)`` and a
   crop of ``c`` outputs at stride ``s`` become ``(p, p - c*s)``) and the chomp becomes
@@ -25,8 +29,8 @@ returns, and rewrites what it recognises:
 
 The result is checked: the converted model must give the original's outputs on both probes
 (else :class:`padkit.surgery.SurgeryError`). The model is copied; the report lists every
-change. Tensor code that pads or crops inside a module holding several convs (``x[..., :-p]``
-or ``F.pad`` in a residual block's ``forward``) is not rewritten; such a model still fails
+change. Crops written as tensor code (``x[..., :-p]`` in a ``forward``) and pads whose output
+also feeds other computation are not rewritten; such a model still fails
 :class:`~padkit.streaming.StreamingModule`'s checks or its ``verify``.
 """
 
@@ -41,6 +45,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.nn.utils import parametrize
+from torch.overrides import TorchFunctionMode
 
 from .. import nn as pnn
 from ..spec import PaddingError, _tuple_of
@@ -251,20 +256,51 @@ class _Call:
         self.module, self.inp, self.out = module, inp, out
 
 
-def _probe(model: nn.Module, x: Tensor) -> tuple[Any, list[_Call]]:
+class _PadCalls(TorchFunctionMode):
+    """Records which module's ``forward`` called ``F.pad``, and each call's output."""
+
+    def __init__(self, stack: list[nn.Module]) -> None:
+        super().__init__()
+        self.stack = stack
+        self.outputs: dict[int, tuple[nn.Module, Tensor]] = {}
+
+    def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        out = func(*args, **(kwargs or {}))
+        if func is F.pad and self.stack and isinstance(out, Tensor):
+            self.outputs[id(out)] = (self.stack[-1], out)
+        return out
+
+
+def _probe(model: nn.Module, x: Tensor) -> tuple[Any, list[_Call], set[int]]:
+    """Run ``model`` on ``x``: every module call, and the modules whose ``forward`` called
+    ``F.pad`` on a tensor that a conv then received."""
     calls: list[_Call] = []
+    stack: list[nn.Module] = []
+
+    def pre(mod: nn.Module, args: tuple[Any, ...]) -> None:
+        stack.append(mod)
 
     def hook(mod: nn.Module, args: tuple[Any, ...], out: Any) -> None:
+        if stack and stack[-1] is mod:
+            stack.pop()
         calls.append(_Call(mod, args[0] if args else None, out))
 
-    handles = [m.register_forward_hook(hook) for m in model.modules()]
+    handles = [m.register_forward_pre_hook(pre) for m in model.modules()]
+    handles += [m.register_forward_hook(hook) for m in model.modules()]
+    mode = _PadCalls(stack)
     try:
-        with torch.no_grad():
+        with torch.no_grad(), mode:
             y = model(x)
     finally:
         for h in handles:
             h.remove()
-    return y, calls
+    inline: set[int] = set()
+    for c in calls:
+        if isinstance(c.module, _TORCH_CONVS) and isinstance(c.inp, Tensor):
+            hit = mode.outputs.get(id(c.inp))
+            if hit is not None and hit[1] is c.inp and hit[0] is not c.module:
+                inline.add(id(hit[0]))
+    return y, calls, inline
 
 
 @contextmanager
@@ -500,7 +536,9 @@ def convert_causal(
     with _eval(model), torch.no_grad():
         want = [model(p) for p in probes]
     with _eval(net):
-        traces = [_probe(net, p)[1] for p in probes]
+        runs = [_probe(net, p) for p in probes]
+    traces = [r[1] for r in runs]
+    inline_pads: set[int] = set().union(*(r[2] for r in runs))
 
     by_module: dict[int, list[_Call]] = {}
     producer: dict[int, nn.Module] = {}
@@ -639,6 +677,32 @@ def convert_causal(
         put(m, nn.Identity())
         report.changes.append(Change(name(m), before, "Identity", ("removed",), detail=why))
 
+    # (d) F.pad written in a module's forward, feeding convs: trace that module, drop the pad
+    for m in list(net.modules()):
+        if id(m) not in inline_pads or isinstance(m, _TORCH_CONVS):
+            continue
+        traced = _drop_inline_pads(m, time_index)
+        if isinstance(traced, str):
+            report.skipped.append(Skip(name(m), traced))
+            continue
+        gm, moved = traced
+        if m is net:
+            net = gm
+        else:
+            put(m, gm)
+        for target, before, after in moved:
+            path = f"{name(m)}.{target}" if m is not net and name(m) != "<model>" else target
+            report.changes.append(
+                Change(
+                    path,
+                    before,
+                    after,
+                    ("padding",),
+                    detail=f"F.pad in {type(m).__name__}.forward moved into the conv "
+                    "(the module is now its torch.fx trace)",
+                )
+            )
+
     for i, (probe, ref) in enumerate(zip(probes, want)):
         try:
             with _eval(net), torch.no_grad():
@@ -656,6 +720,68 @@ def convert_causal(
     if not report.changes:
         report.notes.append("nothing to convert: no self-padding conv, pad module or chomp")
     return net, report
+
+
+def _drop_inline_pads(
+    module: nn.Module, time_index: Any
+) -> tuple[nn.Module, list[tuple[str, str, str]]] | str:
+    """``module`` traced with torch.fx, its ``F.pad`` calls that feed only convs removed and
+    their zero pads moved into those convs; or why not."""
+    import torch.fx as fx
+
+    class _Tracer(fx.Tracer):
+        def is_leaf_module(self, m: nn.Module, qualname: str) -> bool:
+            return isinstance(m, _TORCH_CONVS) or super().is_leaf_module(m, qualname)
+
+    try:
+        graph = _Tracer().trace(module)
+    except Exception as err:  # tracing fails on data-dependent control flow and the like
+        return f"F.pad in its forward, but torch.fx cannot trace it ({type(err).__name__})"
+    gm = fx.GraphModule(module, graph, type(module).__name__)
+    moved: list[tuple[str, str, str]] = []
+    for node in list(gm.graph.nodes):
+        if node.op != "call_function" or node.target is not F.pad:
+            continue
+        pads = node.args[1] if len(node.args) > 1 else node.kwargs.get("pad")
+        mode = node.args[2] if len(node.args) > 2 else node.kwargs.get("mode", "constant")
+        value = node.args[3] if len(node.args) > 3 else node.kwargs.get("value")
+        users = list(node.users)
+        if (
+            mode != "constant"
+            or value not in (None, 0, 0.0)
+            or not isinstance(pads, (list, tuple))
+            or not all(isinstance(v, int) for v in pads)
+            or not users
+        ):
+            continue
+        convs = [gm.get_submodule(str(u.target)) if u.op == "call_module" else None for u in users]
+        if not all(
+            isinstance(c, _TORCH_CONVS) and _is_plain_forward(c) and len(pads) <= 2 * _nd(c)
+            for c in convs
+        ):
+            continue
+        for u, c in zip(users, convs):
+            assert c is not None
+            nd = _nd(c)
+            if time_index(nd) < 0:
+                return "F.pad feeds a conv whose time axis is not the given one"
+            pairs = _native_pairs(c, nd)
+            if c.padding_mode != "zeros" and any(p != (0, 0) for p in pairs):
+                return f"F.pad feeds {u.target}, which pads in mode {c.padding_mode!r}"
+            for j in range(len(pads) // 2):
+                a, b = pairs[nd - 1 - j]
+                pairs[nd - 1 - j] = (a + pads[2 * j], b + pads[2 * j + 1])
+            cls = _CONVERTED[nd] if type(c).forward is _KeywordTolerant.forward else None
+            new = _build(c, nd, pairs, cls or _PLAIN_PADKIT[nd])
+            moved.append((str(u.target), _brief(c), _brief(new)))
+            gm.set_submodule(str(u.target), new)
+        node.replace_all_uses_with(node.args[0])
+        gm.graph.erase_node(node)
+    if not moved:
+        return "F.pad in its forward does not feed convs only (or pads non-constant)"
+    gm.recompile()
+    gm.train(module.training)
+    return gm, moved
 
 
 def _contains(parent: nn.Module, child: nn.Module) -> bool:
