@@ -861,6 +861,12 @@ def test_lookahead_too_small_is_caught_by_verify_and_bad_values_refused() -> Non
         StreamingModule(block, axis=1, lookahead=-1)
     with pytest.raises(PaddingError, match="stride 2"):
         StreamingModule(pn.Conv1d(1, 1, 3, stride=2, padding="same"), lookahead="auto")
+    with pytest.raises(PaddingError, match="not exported"):
+        sm.step_module(torch.zeros(1, 4, 8))
+    with pytest.raises(PaddingError, match="one input delay line"):
+        sm.reset_rows(sm.init_state(example=x[:, :1]), [0])
+    with pytest.raises(PaddingError, match="pass example="):
+        sm.flush({})
 
 
 # ----------------------------------------------------------------------------- batched streams

@@ -1482,6 +1482,11 @@ class StreamingModule(nn.Module):
         phase; layers without left padding need a warm-up step before export.
         """
         self._check_chunk(example, "step_module(): example")
+        if self._lookahead_mode:
+            raise PaddingError(
+                "step_module(): a lookahead stream's step is not exported (the held input "
+                "grows during the first steps); export a causal model"
+            )
         if state is None:
             state = self.init_state(example=example)
         ctx = _Context(state_in=state, record={})
