@@ -311,3 +311,16 @@ def test_nothing_to_convert_and_bad_arguments() -> None:
         convert_causal(net, torch.zeros(6))
     with pytest.raises(PaddingError, match="input_axis=5"):
         convert_causal(net, torch.zeros(1, 1, 6), input_axis=5)
+
+
+def test_non_causal_pytorch_tcn_streams_with_lookahead_after_conversion() -> None:
+    """TCN(causal=False) pads both sides; converted, it streams with its reported delay."""
+    torch.manual_seed(7)
+    tcn = TCN(2, [6, 6], kernel_size=3, dilations=[1, 2], causal=False).eval()
+    x = torch.randn(1, 2, 26)
+    new, _ = convert_causal(tcn, x)
+    assert new.get_submodule("network.1.conv1").resolved_padding() == ((2, 2),)
+    sm = StreamingModule(new, lookahead="auto")
+    # four convs of kernel 3: dilation 1 reads 1 ahead, dilation 2 reads 2 ahead
+    assert sorted(sm.delays.values()) == [1, 1, 2, 2] and sm.delay == 6
+    assert sm.verify(x, [1, 4, 0, 9, 12]) < 1e-5
