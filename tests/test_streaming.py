@@ -995,3 +995,25 @@ def test_one_sample_steps_of_a_dilated_weight_normed_tcn_equal_the_full_run() ->
     assert all(o.shape[-1] == 1 for o in outs)
     # chunks mixing lengths 1 and more, and the state after them, through the same layers
     assert_streams(model, x, [1, 1, 5, 1, 0, 22])
+
+
+def test_dilated_chunks_through_the_taps_matmul_and_gradients() -> None:
+    """Chunks of 2..40 samples of dilated convs (the unfolded-taps matmul), in no_grad and
+    with gradients flowing through two steps into the weights (no stale cached weight)."""
+    torch.manual_seed(52)
+    model = nn.Sequential(
+        pn.Conv1d(3, 5, 3, dilation=4, padding="causal"),
+        nn.ReLU(),
+        pn.Conv1d(5, 4, 4, dilation=2, padding="causal"),
+    )
+    x = torch.randn(2, 3, 60)
+    assert_streams(model.eval(), x, [2, 5, 13, 40])
+    sm = StreamingModule(model)
+    state = sm.init_state(2)
+    y1, state = sm.step(x[..., :20], state)
+    y2, state = sm.step(x[..., 20:], state)
+    torch.cat([y1, y2], -1).square().sum().backward()
+    streamed_grad = model[0].weight.grad.clone()  # type: ignore[union-attr]
+    model.zero_grad()
+    model(x).square().sum().backward()
+    torch.testing.assert_close(streamed_grad, model[0].weight.grad, rtol=1e-4, atol=1e-5)

@@ -702,6 +702,7 @@ class StreamingModule(nn.Module):
         self._lock = threading.RLock()
         self._state: StreamState | None = None
         self._pairs_cache: dict[tuple[str, tuple[int, ...]], tuple[tuple[int, int], ...]] = {}
+        self._taps_cache: dict[tuple[int, int], tuple[Tensor, Tensor]] = {}
         self._lookahead_mode = lookahead is not None
         self._scan(model, "", set())
         self._stand_ins.clear()
@@ -1112,6 +1113,24 @@ class StreamingModule(nn.Module):
             ctx.advanced[(id(new), -1)] = pos  # keeps ``pos`` alive, so its id stays unique
         return new
 
+    def _taps_weight(self, weight: Tensor) -> Tensor:
+        """``weight`` (O, C, k) as (O, k*C), tap-major; cached for a parameter while it is
+        unchanged and no gradient flows (a parametrized weight is rebuilt each step)."""
+        if not isinstance(weight, nn.Parameter) or (
+            weight.requires_grad and torch.is_grad_enabled()
+        ):
+            # computed per access, or part of an autograd graph: never reuse
+            return weight.permute(0, 2, 1).reshape(weight.shape[0], -1)
+        key = (id(weight), weight._version)
+        hit = self._taps_cache.get(key)
+        if hit is not None and hit[0] is weight:
+            return hit[1]
+        flat = weight.permute(0, 2, 1).reshape(weight.shape[0], -1)
+        if len(self._taps_cache) > 256:
+            self._taps_cache.clear()
+        self._taps_cache[key] = (weight, flat)
+        return flat
+
     def _run_fast(self, plan: _Plan, layer: Any, x: Tensor) -> Tensor | None:
         """The lean step of a stride-1 causal 1-d conv: ``cat``, ``conv1d``, a view of the
         tail. None when anything is unusual (the general path then checks and explains)."""
@@ -1145,6 +1164,13 @@ class StreamingModule(nn.Module):
             # one output: its taps, every dil-th sample, through the undilated conv (torch's
             # dilated CPU conv costs several times more per call)
             y = F.conv1d(cat[:, :, ::dil], layer.weight, layer.bias, 1, 0, 1, layer.groups)
+        elif dil > 1 and layer.groups == 1 and length <= 512 and not cat.is_cuda:
+            # a few outputs of a dilated conv: their taps as a matrix, one matmul
+            weight = layer.weight
+            k = int(weight.shape[2])
+            taps = cat.unfold(2, plan.k_eff, 1)[..., ::dil]  # (N, C, L, k)
+            flat = taps.permute(0, 2, 3, 1).reshape(cat.shape[0], length, k * cat.shape[1])
+            y = F.linear(flat, self._taps_weight(weight), layer.bias).transpose(1, 2)
         else:
             y = F.conv1d(cat, layer.weight, layer.bias, 1, 0, plan.d, layer.groups)
         tail = cat.narrow(2, length, plan.history)
