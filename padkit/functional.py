@@ -553,13 +553,18 @@ def transpose_crops(
     Explicit pairs crop as given (torch's ``padding=p`` crops ``(p, p)``). ``"same"`` and
     ``"same_lower"`` crop ``k_eff - s`` (TF ``Conv2DTranspose``; ONNX ``SAME_UPPER`` /
     ``SAME_LOWER``) so that the output is ``n*s``: the odd pixel is cropped at the end
-    (resp. start), and a negative total (``k_eff < s``) extends the end. Every other rule
+    (resp. start), and a negative total (``k_eff < s``) extends the end. ``"causal"`` and
+    ``"causal_block"`` crop ``k_eff - s`` at the end only, so that the output is ``n*s``
+    and output ``j`` reads inputs up to ``j // s``, never a later one. Every other rule
     crops what it would pad in the forward conv, so the layer is that conv's adjoint.
     """
     out: list[tuple[int, int]] = []
     for i, rule in enumerate(spec.axes):
         ke = d[i] * (k[i] - 1) + 1
-        if rule in ("same", "same_lower"):
+        if rule in ("causal", "causal_block"):
+            # the full output's start reads no future input; crop (or extend) the end only
+            out.append((0, ke - s[i]))
+        elif rule in ("same", "same_lower"):
             total = ke - s[i]
             if total < 0:
                 out.append((0, total))

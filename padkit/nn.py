@@ -709,7 +709,9 @@ class ConvTranspose1d(_ConvTransposeMixin, nn.ConvTranspose1d):
     ``padding`` says what to crop from the full output ``(L-1)*stride + k_eff``: explicit
     pairs crop per side (torch's ``p`` is ``(p, p)``); ``"same"`` gives ``L*stride`` (TF
     ``Conv1DTranspose``, ONNX ``SAME_UPPER``), ``"same_lower"`` the ONNX ``SAME_LOWER``
-    variant; other rules crop what they would pad in the forward conv. ``output_padding``
+    variant; ``"causal"``/``"causal_block"`` crop ``k_eff - stride`` at the end, so that
+    output ``t`` reads no input after ``t // stride``; other rules crop what they would pad
+    in the forward conv. ``output_padding``
     (or ``output_size`` at call time) extends the end. Where frameworks disagree on the
     output length, name the framework: ``"keras_same"``/``"keras_valid"`` (Keras
     ``Conv1DTranspose``, where ``output_padding=None`` is Keras's default) and

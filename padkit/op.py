@@ -280,10 +280,11 @@ class Op:
             output_padding=op,
             norm_type=norm,
         )
-        try:
-            record.static_pairs()  # a rule that cannot hold for these sizes fails here
-        except (PaddingError, TypeError, ValueError) as err:
-            raise _prefixed(where, err) from None
+        if kind != "conv_transpose":  # a transposed conv's rules crop (functional.transpose_crops)
+            try:
+                record.static_pairs()  # a rule that cannot hold for these sizes fails here
+            except (PaddingError, TypeError, ValueError) as err:
+                raise _prefixed(where, err) from None
         return record
 
     @classmethod
@@ -527,9 +528,10 @@ def _kind_of(module: Any, *, subclasses: bool = False) -> tuple[str, int] | None
 
 
 def _own_forward(cls: type, torch_base: type) -> bool:
-    """``cls.forward`` is torch's (``torch_base``'s) or a padkit layer's."""
+    """``cls.forward`` is torch's (``torch_base``'s) or a padkit layer's (padkit.nn, or the
+    streaming converter's layers, which only add call arguments)."""
     forward = cls.forward  # type: ignore[attr-defined]
     if forward is torch_base.forward:  # type: ignore[attr-defined]
         return True
     owner = next((c for c in cls.__mro__ if "forward" in c.__dict__), None)
-    return owner is not None and owner.__module__ == "padkit.nn"
+    return owner is not None and owner.__module__.startswith("padkit.")

@@ -255,3 +255,104 @@ def test_padding_spec_for_video() -> None:
         4,
         0,
     )
+
+
+# ----------------------------------------------------------------------------- transposed
+
+
+def direct_conv_transpose1d(
+    x: np.ndarray, w: np.ndarray, b: np.ndarray, s: int, d: int
+) -> np.ndarray:
+    """float64 sample-by-sample transposed conv: input i adds w[:, :, m] at output i*s + m*d;
+    the first ``n*s`` outputs, the ones a causal upsampler of ``n`` inputs emits."""
+    n_batch, _, n = x.shape
+    _, c_out, k = w.shape
+    y = np.zeros((n_batch, c_out, n * s))
+    for i in range(n):
+        for m in range(k):
+            j = i * s + m * d
+            if j < n * s:
+                y[:, :, j] += np.einsum("bc,co->bo", x[:, :, i], w[:, :, m])
+    return y + b[None, :, None]
+
+
+@SETTINGS
+@given(
+    k=st.integers(1, 6),
+    s=st.integers(1, 4),
+    d=st.integers(1, 3),
+    n=st.integers(1, 12),
+    rule=st.sampled_from(["causal", "causal_block"]),
+)
+def test_conv_transpose1d_causal_is_sample_by_sample_causal(
+    k: int, s: int, d: int, n: int, rule: str
+) -> None:
+    """A causal upsampler: n*s outputs, output j reads inputs up to j // s and no later one."""
+    up = pn.ConvTranspose1d(2, 3, k, stride=s, dilation=d, padding=rule, dtype=torch.float64)
+    x = torch.randn(2, 2, n, dtype=torch.float64)
+    got = up(x)
+    assert got.shape[-1] == n * s
+    ref = direct_conv_transpose1d(
+        x.numpy(), up.weight.detach().numpy(), up.bias.detach().numpy(), s, d
+    )
+    np.testing.assert_allclose(got.detach().numpy(), ref, rtol=1e-10, atol=1e-10)
+    # the Jacobian: output j depends on input i only if i <= j // s
+    w = torch.rand(1, 1, k, dtype=torch.float64) + 0.5
+    jac = torch.autograd.functional.jacobian(
+        lambda v: PF.conv_transpose1d(v, w, stride=s, dilation=d, padding=rule),
+        torch.rand(1, 1, n, dtype=torch.float64),
+    )[0, 0, :, 0, 0, :]
+    for j in range(jac.shape[0]):
+        support = {int(i) for i in torch.nonzero(jac[j]).flatten()}
+        assert all(i <= j // s for i in support), (j, support)
+        # and it reads exactly the inputs whose taps land on j
+        taps = {(j - m * d) // s for m in range(k) if (j - m * d) % s == 0}
+        assert support == taps & set(range(n)), (j, support, taps)
+
+
+def test_conv_transpose_causal_k4_s2_reads_no_future_frame() -> None:
+    """The codec upsampler k=4, s=2: 2L outputs, output j's last input is j // 2."""
+    x = torch.zeros(1, 1, 5)
+    up = pn.ConvTranspose1d(1, 1, 4, stride=2, padding="causal", bias=False)
+    torch.nn.init.ones_(up.weight)
+    for i in range(5):
+        x.zero_()
+        x[..., i] = 1.0
+        hit = torch.nonzero(up(x).flatten()).flatten().tolist()
+        assert min(hit) == 2 * i  # input i first reaches output 2i (its own block)
+    assert up(x).shape[-1] == 10
+    assert up.resolved_crops((5,)) == ((0, 2),)
+    assert pn.ConvTranspose1d(1, 1, 4, stride=2, padding="causal_block").resolved_crops((5,)) == (
+        (0, 2),
+    )
+
+
+@pytest.mark.parametrize("nd", [2, 3])
+def test_conv_transpose_nd_causal_time_same_space(nd: int) -> None:
+    """Causal on the first (time) axis, TF 'same' on the others: explicit full output + crops."""
+    cls = pn.ConvTranspose2d if nd == 2 else pn.ConvTranspose3d
+    full = F.conv_transpose2d if nd == 2 else F.conv_transpose3d
+    k, s = (4,) + (3,) * (nd - 1), (2,) * nd
+    up = cls(2, 2, k, stride=s, padding=("causal",) + ("same",) * (nd - 1), dtype=torch.float64)
+    x = torch.randn(1, 2, *([5] * nd), dtype=torch.float64)
+    y = full(x, up.weight, up.bias, s)
+    # time: crop k_eff - s = 2 at the end; space (k=3, s=2): crop (0, 1)
+    y = y[:, :, : 5 * 2]
+    for ax in range(1, nd):
+        y = y.narrow(2 + ax, 0, 5 * 2)
+    torch.testing.assert_close(up(x), y, rtol=0, atol=1e-12)
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")
+@pytest.mark.filterwarnings("ignore::FutureWarning")
+def test_conv_transpose_causal_exports_to_onnx(tmp_path: object) -> None:
+    """The exported causal crop runs in onnxruntime with the same numbers (k=4, s=2)."""
+    import onnxruntime as ort
+
+    up = pn.ConvTranspose1d(2, 3, 4, stride=2, padding="causal").eval()
+    x = torch.randn(1, 2, 5)
+    path = str(tmp_path) + "/up.onnx"  # type: ignore[operator]
+    torch.onnx.export(up, (x,), path, dynamo=True, verbose=False)
+    sess = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    got = sess.run(None, {sess.get_inputs()[0].name: x.numpy()})[0]
+    np.testing.assert_allclose(got, up(x).detach().numpy(), rtol=1e-5, atol=1e-6)

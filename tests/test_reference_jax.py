@@ -456,7 +456,9 @@ CONV_T_CASES = [
     ((4,), (3,), (2,), (1,), ((1, 1),), 1, 2, 3, 1),  # torch padding=1, output_padding=1
     ((4,), (4,), (3,), (1,), ((0, 2),), 2, 2, 3, 1),
     ((5,), (3,), (2,), (2,), ((2, 1),), 1, 4, 4, 2),
-    ((6,), (3,), (2,), (1,), "causal", 0, 2, 2, 1),  # adjoint of the causal forward conv
+    ((6,), (3,), (2,), (1,), "causal", 0, 2, 2, 1),  # crops (0, k_eff - s): n*s outputs
+    ((4,), (4,), (2,), (2,), "causal", 0, 2, 2, 1),  # dilated: crops (0, 5)
+    ((4,), (1,), (3,), (1,), "causal", 0, 2, 2, 1),  # k_eff < s: the end is extended
     ((5,), (4,), (2,), (1,), "same_static", 0, 2, 2, 1),
     ((3, 4), (3, 4), (2, 2), (1, 1), "same", (0, 0), 2, 2, 1),
     ((3, 4), (3, 2), (2, 3), (2, 1), "same_lower", (0, 0), 2, 4, 2),
@@ -486,6 +488,12 @@ def run_conv_transpose_case(
         padding_j: Any = JAX_STRINGS[padding.lower()]
     else:
         padding_j = oracle_pairs(padding, [0] * nd, k, s, d)  # n-independent rules only
+        # a causal transposed conv crops k_eff - s at the end (output j reads inputs up to
+        # j // s), not the forward conv's causal pad
+        padding_j = [
+            (0, dd * (kk - 1) + 1 - ss) if rule in ("causal", "causal_block") else pair
+            for rule, pair, kk, ss, dd in zip(axis_rules(padding, nd), padding_j, k, s, d)
+        ]
 
     def call() -> torch.Tensor:
         return CONV_T[nd](

@@ -462,8 +462,10 @@ def test_bad_arguments() -> None:
     conv = pn.Conv1d(2, 2, 3, padding="causal")
     with pytest.raises(TypeError, match="model"):
         StreamingModule("conv")  # type: ignore[arg-type]
-    with pytest.raises(PaddingError, match="axis=1"):
-        StreamingModule(conv, axis=1)
+    with pytest.raises(PaddingError, match="axis=0"):
+        StreamingModule(conv, axis=0)
+    with pytest.raises(PaddingError, match="layer_axis=1"):
+        StreamingModule(conv, axis=1, layer_axis=1)
     with pytest.raises(PaddingError, match="axis=-2"):
         StreamingModule(conv, axis=-2)
     with pytest.raises(TypeError, match="axis"):
@@ -555,6 +557,30 @@ def test_step_exports_to_onnx_with_state_and_matches_onnxruntime(tmp_path: objec
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
     for name, value in zip(names, final):
         torch.testing.assert_close(value, eager_state[name], rtol=1e-5, atol=1e-5)
+    # the batch is a graph dimension: the same file runs 3 streams
+    x3 = torch.randn(3, 2, 24)
+    state3 = sm.init_state(example=torch.zeros(3, 2, length))
+    got3, _ = run_onnx_stream(path, names, state3, list(torch.split(x3, length, dim=-1)))
+    with torch.no_grad():
+        torch.testing.assert_close(torch.cat(got3, -1), model(x3), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")
+@pytest.mark.filterwarnings("ignore::FutureWarning")
+def test_onnx_step_dynamic_batch_and_length(tmp_path: object) -> None:
+    """A stride-1 TCN exported with dynamic_length=True runs batches of 1 to 3 and chunks
+    of 1, 3 and 7 samples; a strided model refuses a dynamic length."""
+    path = str(tmp_path) + "/step.onnx"  # type: ignore[operator]
+    with pytest.raises(PaddingError, match="dynamic_length=True"):
+        StreamingModule(ExportNet()).export_onnx(path, torch.zeros(2, 2, 4), dynamic_length=True)
+    tcn = TCN(levels=2).eval()
+    st = StreamingModule(tcn)
+    names = st.export_onnx(path, torch.zeros(2, 2, 4), dynamic_length=True)
+    for n, length in ((1, 1), (3, 3), (2, 7)):
+        x = torch.randn(n, 2, 4 * length)
+        got, _ = run_onnx_stream(path, names, st.init_state(n), list(x.split(length, dim=-1)))
+        with torch.no_grad():
+            torch.testing.assert_close(torch.cat(got, -1), tcn(x), rtol=1e-5, atol=1e-5)
 
 
 def test_step_module_refuses_a_chunk_length_that_changes_the_phase() -> None:
@@ -636,3 +662,358 @@ def test_equals_onnx_causal_conv_with_state(activation: str) -> None:
             outs.append(y)
         with torch.no_grad():
             torch.testing.assert_close(torch.cat(outs, -1), model(x))
+
+
+# ----------------------------------------------------------------------------- transposed convs
+
+
+def codec() -> nn.Module:
+    """Strided causal_block convs down (total stride 8), causal transposed convs up."""
+    return nn.Sequential(
+        pn.Conv1d(1, 6, 7, padding="causal"),
+        nn.ELU(),
+        pn.Conv1d(6, 8, 4, stride=2, padding="causal_block"),
+        ResUnit(8, 2),
+        nn.ELU(),
+        pn.Conv1d(8, 12, 8, stride=4, padding="causal_block"),
+        nn.ELU(),
+        pn.ConvTranspose1d(12, 8, 8, stride=4, padding="causal"),
+        ResUnit(8, 1),
+        nn.ELU(),
+        nn.ConvTranspose1d(8, 6, 2, stride=2),  # torch's own: k = s crops nothing, causal
+        nn.ELU(),
+        pn.Conv1d(6, 1, 7, padding="causal"),
+    ).eval()
+
+
+@settings(max_examples=10, deadline=None)
+@given(sizes=chunkings(64, max_cuts=14))
+def test_codec_encoder_decoder_streams_exactly(sizes: list[int]) -> None:
+    torch.manual_seed(11)
+    model = codec()
+    x = torch.randn(2, 1, 64)
+    outs = assert_streams(model, x, sizes)
+    # each output comes with the chunk that completes its encoder frame: after n samples,
+    # floor(n / 8) * 8 outputs
+    seen = emitted = 0
+    for size, out in zip(sizes, outs):
+        seen, emitted = seen + size, emitted + out.shape[-1]
+        assert emitted == seen // 8 * 8
+
+
+def test_codec_one_sample_at_a_time_emits_a_frame_every_8_samples() -> None:
+    torch.manual_seed(12)
+    outs = assert_streams(codec(), torch.randn(1, 1, 40), [1] * 40)
+    assert [i for i, o in enumerate(outs) if o.shape[-1]] == [8 * t + 7 for t in range(5)]
+    assert {o.shape[-1] for o in outs} == {0, 8}
+
+
+@settings(max_examples=20, deadline=None)
+@given(
+    k=st.integers(1, 6),
+    s=st.integers(1, 4),
+    d=st.integers(1, 2),
+    crop_lo=st.integers(0, 2),
+    sizes=chunkings(13, max_cuts=6),
+)
+def test_transposed_conv_any_chunking_with_explicit_crops(
+    k: int, s: int, d: int, crop_lo: int, sizes: list[int]
+) -> None:
+    """Explicit crops (lo, hi) with hi >= k_eff - s stream (a left crop is a delay)."""
+    k_eff = d * (k - 1) + 1
+    hi = max(k_eff - s, 0) + 1
+    up = pn.ConvTranspose1d(2, 3, k, stride=s, dilation=d, padding=((crop_lo, hi),))
+    up.eval()
+    x = torch.randn(1, 2, 13)
+    if (13 - 1) * s + k_eff - crop_lo - hi <= 0:
+        return
+    assert_streams(up, x, sizes)
+
+
+def test_transposed_conv2d_time_axis_first() -> None:
+    """A spectrogram decoder: (N, C, T, F), causal on T, TF 'same' on F."""
+    torch.manual_seed(13)
+    up = pn.ConvTranspose2d(3, 2, (4, 3), stride=(2, 2), padding=("causal", "same")).eval()
+    assert_streams(up, torch.randn(1, 3, 9, 5), [2, 0, 1, 4, 2], axis=2)
+
+
+def test_transposed_conv_that_reads_ahead_is_refused() -> None:
+    """torch's k=4, s=2, padding=1 upsampler: its last output exists only at the end."""
+    with pytest.raises(PaddingError, match=r"last 1 output\(s\)"):
+        StreamingModule(nn.ConvTranspose1d(1, 1, 4, stride=2, padding=1))
+    with pytest.raises(PaddingError, match="transposed conv; lookahead"):
+        StreamingModule(pn.ConvTranspose1d(1, 1, 4, stride=2, padding="causal"), lookahead=2)
+
+
+# ----------------------------------------------------------------------------- lookahead
+
+
+class ConvModule(nn.Module):
+    """The Conformer convolution module, on (N, T, D): LayerNorm, pointwise + GLU,
+    depthwise 'same' conv, BatchNorm, SiLU, pointwise; residual."""
+
+    def __init__(self, dim: int, k: int, torch_same: bool) -> None:
+        super().__init__()
+        self.norm = nn.LayerNorm(dim)
+        self.pw1 = nn.Linear(dim, 2 * dim)
+        self.glu = nn.GLU(dim=1)
+        if torch_same:
+            self.dw: nn.Module = nn.Conv1d(dim, dim, k, padding=(k - 1) // 2, groups=dim)
+        else:
+            self.dw = pn.Conv1d(dim, dim, k, padding="same", groups=dim)
+        self.bn = nn.BatchNorm1d(dim)
+        self.act = nn.SiLU()
+        self.pw2 = nn.Conv1d(dim, dim, 1)
+
+    def forward(self, x: Tensor) -> Tensor:
+        h = self.glu(self.pw1(self.norm(x)).transpose(1, 2))
+        h = self.pw2(self.act(self.bn(self.dw(h))))
+        return x + h.transpose(1, 2)
+
+
+class ConformerBlock(nn.Module):
+    """Feed-forward, two conv modules ('same' depthwise k=7 and k=4), feed-forward, norm."""
+
+    def __init__(self, dim: int = 8) -> None:
+        super().__init__()
+        self.ff1 = nn.Sequential(nn.LayerNorm(dim), nn.Linear(dim, 2 * dim), nn.SiLU())
+        self.ff1_out = nn.Linear(2 * dim, dim)
+        self.conv_a = ConvModule(dim, 7, torch_same=True)
+        self.conv_b = ConvModule(dim, 4, torch_same=False)
+        self.pool = pn.MaxPool1d(3, 1, padding="same")
+        self.ff2 = nn.Sequential(nn.LayerNorm(dim), nn.Linear(dim, dim))
+        self.norm = nn.LayerNorm(dim)
+
+    def forward(self, x: Tensor) -> Tensor:
+        x = x + 0.5 * self.ff1_out(self.ff1(x))
+        x = self.conv_b(self.conv_a(x))
+        x = x + self.pool(x.transpose(1, 2)).transpose(1, 2)
+        return self.norm(x + 0.5 * self.ff2(x))
+
+
+def stream_lookahead(
+    sm: StreamingModule, x: Tensor, sizes: Sequence[int], dim: int
+) -> tuple[list[Tensor], Tensor]:
+    state = sm.init_state(example=x.narrow(dim, 0, 1))
+    outs = []
+    with torch.no_grad():
+        for chunk in torch.split(x, list(sizes), dim=dim):
+            y, state = sm.step(chunk, state)
+            outs.append(y)
+        tail = sm.flush(state)
+    return outs, tail
+
+
+@settings(max_examples=10, deadline=None)
+@given(sizes=chunkings(40, max_cuts=12))
+def test_conformer_block_same_padding_streams_with_its_delay(sizes: list[int]) -> None:
+    torch.manual_seed(21)
+    block = ConformerBlock().eval()
+    for m in block.modules():  # non-trivial running statistics
+        if isinstance(m, nn.BatchNorm1d):
+            m.running_mean.uniform_(-0.5, 0.5)
+            m.running_var.uniform_(0.5, 1.5)
+    x = torch.randn(2, 40, 8)
+    with pytest.raises(PaddingError, match="lookahead='auto'"):
+        StreamingModule(block, axis=1)
+    sm = StreamingModule(block, axis=1, lookahead="auto")
+    # k=7 'same' reads 3 ahead, k=4 TF 'same' 2 (pads (1, 2)), the max pool 1
+    assert sm.delays == {"conv_a.dw": 3, "conv_b.dw": 2, "pool": 1}
+    assert sm.delay == 6
+    outs, tail = stream_lookahead(sm, x, sizes, 1)
+    with torch.no_grad():
+        full = block(x)
+    got = torch.cat([*outs, tail], dim=1)
+    torch.testing.assert_close(got, full, rtol=1e-5, atol=1e-5)
+    # the fixed delay: after n samples, exactly max(n - 6, 0) outputs are out
+    n = 0
+    emitted = 0
+    for size, out in zip(sizes, outs):
+        n += size
+        emitted += out.shape[1]
+        assert emitted == max(n - 6, 0)
+    assert tail.shape[1] == min(6, 40)
+
+
+def test_lookahead_one_sample_chunks_and_verify_and_forward() -> None:
+    torch.manual_seed(22)
+    block = ConformerBlock().eval()
+    x = torch.randn(1, 17, 8)
+    sm = StreamingModule(block, axis=1, lookahead="auto")
+    assert sm.verify(x, [1] * 17) < 1e-5
+    # forward() keeps the state; flush it from the kept state
+    outs = [sm(c) for c in x.split(5, dim=1)]
+    assert sm.state is not None
+    outs.append(sm.flush(sm.state))
+    torch.testing.assert_close(torch.cat(outs, 1), block(x), rtol=1e-5, atol=1e-5)
+
+
+def test_lookahead_too_small_is_caught_by_verify_and_bad_values_refused() -> None:
+    torch.manual_seed(23)
+    block = ConformerBlock().eval()
+    x = torch.randn(1, 20, 8)
+    sm = StreamingModule(block, axis=1, lookahead=3)  # the model needs 6
+    with pytest.raises(PaddingError, match="differs"):
+        sm.verify(x, [4] * 5)
+    with pytest.raises(PaddingError, match="smaller than the right pad 3"):
+        StreamingModule(block, axis=1, lookahead=2)
+    with pytest.raises(PaddingError, match="lookahead must be"):
+        StreamingModule(block, axis=1, lookahead=-1)
+    with pytest.raises(PaddingError, match="stride 2"):
+        StreamingModule(pn.Conv1d(1, 1, 3, stride=2, padding="same"), lookahead="auto")
+    with pytest.raises(PaddingError, match="not exported"):
+        sm.step_module(torch.zeros(1, 4, 8))
+    with pytest.raises(PaddingError, match="one input delay line"):
+        sm.reset_rows(sm.init_state(example=x[:, :1]), [0])
+    with pytest.raises(PaddingError, match="pass example="):
+        sm.flush({})
+
+
+# ----------------------------------------------------------------------------- batched streams
+
+
+def strided_model() -> nn.Module:
+    return nn.Sequential(
+        pn.Conv1d(2, 4, 3, padding="causal", padding_mode="replicate"),
+        nn.ReLU(),
+        pn.Conv1d(4, 4, 4, stride=2, padding="causal_block"),
+        pn.AvgPool1d(3, 1, padding="causal", count_include_pad=False),
+        pn.Conv1d(4, 3, 4, stride=2, padding="causal", dilation=2),
+        pn.ConvTranspose1d(3, 2, 4, stride=2, padding="causal"),
+    ).eval()
+
+
+def test_batched_streams_start_and_restart_independently() -> None:
+    """Three streams in one batch; row 1 restarts at step 3, row 2 at step 5 (chunks of 4,
+    the model's total stride): each row equals its own stream run alone."""
+    torch.manual_seed(31)
+    model = strided_model()
+    sm = StreamingModule(model)
+    steps = 9
+    x = torch.randn(3, 2, 4 * steps)
+    starts = {0: 0, 1: 3, 2: 5}
+    state = sm.init_state(example=x[..., :1])
+    got: dict[int, list[Tensor]] = {r: [] for r in range(3)}
+    with torch.no_grad():
+        for i in range(steps):
+            for r, at in starts.items():
+                if at == i and i > 0:
+                    state = sm.reset_rows(state, [r])
+                    got[r] = []
+            y, state = sm.step(x[..., 4 * i : 4 * i + 4], state)
+            for r in range(3):
+                got[r].append(y[r : r + 1])
+        for r, at in starts.items():
+            alone = model(x[r : r + 1, :, 4 * at :])
+            torch.testing.assert_close(torch.cat(got[r], -1), alone, rtol=1e-5, atol=1e-6)
+
+
+@settings(max_examples=8, deadline=None)
+@given(sizes=chunkings(30, max_cuts=8), reset_at=st.integers(1, 7))
+def test_batched_streams_stride_1_reset_anywhere(sizes: list[int], reset_at: int) -> None:
+    torch.manual_seed(32)
+    model = TCN().eval()
+    sm = StreamingModule(model)
+    x = torch.randn(2, 2, 30)
+    state = sm.init_state(2)
+    outs0, outs1 = [], []
+    start1 = 0
+    with torch.no_grad():
+        for i, chunk in enumerate(torch.split(x, sizes, dim=-1)):
+            if i == reset_at:
+                state = sm.reset_rows(state, [1])
+                outs1, start1 = [], sum(sizes[:i])
+            y, state = sm.step(chunk, state)
+            outs0.append(y[:1])
+            outs1.append(y[1:])
+        torch.testing.assert_close(torch.cat(outs0, -1), model(x[:1]), rtol=1e-5, atol=1e-6)
+        if start1 < 30:  # (a reset after the last chunk leaves nothing to compare)
+            torch.testing.assert_close(
+                torch.cat(outs1, -1), model(x[1:, :, start1:]), rtol=1e-5, atol=1e-6
+            )
+
+
+def test_batched_streams_out_of_phase_are_refused_and_reset_forward_rows() -> None:
+    model = strided_model()
+    sm = StreamingModule(model)
+    state = sm.init_state(example=torch.zeros(2, 2, 1))
+    _, state = sm.step(torch.zeros(2, 2, 3), state)
+    state = sm.reset_rows(state, [0])
+    with pytest.raises(PaddingError, match="different phases"):
+        sm.step(torch.zeros(2, 2, 4), state)
+    with pytest.raises(PaddingError, match="out of range"):
+        sm.reset_rows(state, [5])
+    with pytest.raises(TypeError, match="rows must be"):
+        sm.reset_rows(state, ["a"])  # type: ignore[list-item]
+    with pytest.raises(TypeError, match="rows must be"):
+        sm.reset_rows(state, 1.5)  # type: ignore[arg-type]
+    sm(torch.zeros(2, 2, 4))
+    sm.reset(rows=[1])
+    assert sm.state is not None and sm.state["0.pos"].tolist() == [4, 0]
+
+
+# ----------------------------------------------------------------------------- (N, T, D)
+
+
+@settings(max_examples=6, deadline=None)
+@given(sizes=chunkings(25, max_cuts=8))
+def test_channels_last_input_with_axis_1(sizes: list[int]) -> None:
+    """A model taking (N, T, D): Linear in, transpose, causal convs, transpose, Linear out."""
+
+    class SeqModel(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.inp = nn.Linear(3, 6)
+            self.conv = pn.Conv1d(6, 6, 3, dilation=2, padding="causal")
+            self.down = pn.Conv1d(6, 6, 2, stride=1, padding="causal")
+            self.out = nn.Linear(6, 2)
+
+        def forward(self, x: Tensor) -> Tensor:
+            h = self.inp(x).transpose(1, 2)
+            h = self.down(torch.relu(self.conv(h)))
+            return self.out(h.transpose(1, 2))
+
+    torch.manual_seed(41)
+    model = SeqModel().eval()
+    x = torch.randn(2, 25, 3)
+    assert_streams(model, x, sizes, axis=1)
+    assert StreamingModule(model, axis=1).layer_axis == -1
+
+
+def test_one_sample_steps_of_a_dilated_weight_normed_tcn_equal_the_full_run() -> None:
+    """The lean one-sample path (taps every d-th sample through an undilated conv) and the
+    1x1 convs' direct path, on a weight-normed, grouped, dilated TCN, batch of 3."""
+    torch.manual_seed(51)
+    model = nn.Sequential(
+        pn.Conv1d(2, 6, 1),
+        TemporalBlock(6, 6, 3, 4),
+        weight_norm(pn.Conv1d(6, 6, 5, dilation=3, groups=3, padding="causal")),
+        nn.Conv1d(6, 2, 1),
+    ).eval()
+    x = torch.randn(3, 2, 30)
+    outs = assert_streams(model, x, [1] * 30)
+    assert all(o.shape[-1] == 1 for o in outs)
+    # chunks mixing lengths 1 and more, and the state after them, through the same layers
+    assert_streams(model, x, [1, 1, 5, 1, 0, 22])
+
+
+def test_dilated_chunks_through_the_taps_matmul_and_gradients() -> None:
+    """Chunks of 2..40 samples of dilated convs (the unfolded-taps matmul), in no_grad and
+    with gradients flowing through two steps into the weights (no stale cached weight)."""
+    torch.manual_seed(52)
+    model = nn.Sequential(
+        pn.Conv1d(3, 5, 3, dilation=4, padding="causal"),
+        nn.ReLU(),
+        pn.Conv1d(5, 4, 4, dilation=2, padding="causal"),
+    )
+    x = torch.randn(2, 3, 60)
+    assert_streams(model.eval(), x, [2, 5, 13, 40])
+    sm = StreamingModule(model)
+    state = sm.init_state(2)
+    y1, state = sm.step(x[..., :20], state)
+    y2, state = sm.step(x[..., 20:], state)
+    torch.cat([y1, y2], -1).square().sum().backward()
+    streamed_grad = model[0].weight.grad.clone()  # type: ignore[union-attr]
+    model.zero_grad()
+    model(x).square().sum().backward()
+    torch.testing.assert_close(streamed_grad, model[0].weight.grad, rtol=1e-4, atol=1e-5)

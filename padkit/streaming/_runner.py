@@ -25,12 +25,21 @@ Which modules stream:
   eval mode, and the channel-wise ``Linear``/``LayerNorm``/``RMSNorm``/``GLU``/softmax
   family (trusted to act on channels, not on time).
 * container modules (``nn.Sequential``, your residual blocks) run their own ``forward``.
+* transposed convs (padkit's or torch's) whose time crop leaves no output that waits for
+  the end of the sequence (``padding="causal"``: crop ``(0, k_eff - s)``), so that codec
+  and vocoder decoders stream.
 
 It refuses, naming the module: a conv or pool with right padding on the time axis (a
-``"same"`` conv), ``reflect``/``circular`` time padding, ``BatchNorm`` in train mode,
-``GroupNorm``/``InstanceNorm``, adaptive (global) pooling, transposed convs, upsampling,
-recurrent and attention layers, pad modules, ``Flatten``, and leaf modules it does not know
-(declare them per-time-step with ``allow=``).
+``"same"`` conv; stream it with ``lookahead=``), ``reflect``/``circular`` time padding,
+``BatchNorm`` in train mode, ``GroupNorm``/``InstanceNorm``, adaptive (global) pooling,
+upsampling, recurrent and attention layers, pad modules (``convert_causal`` rewrites
+them), ``Flatten``, and leaf modules it does not know (declare them per-time-step with
+``allow=``).
+
+With ``lookahead=`` (stride-1 models), layers padded on both sides of time stream with a
+fixed delay (every tensor of a step spans the uncommitted samples and the chunk; outputs
+``delay`` samples before the end are final) and :meth:`StreamingModule.flush` ends the
+stream. Every batch row keeps its own sample count (:meth:`StreamingModule.reset_rows`).
 
 What it cannot see: tensor code inside a ``forward`` (``x[..., :-2]``, ``x.mean(-1)``,
 ``F.conv1d`` on a layer's weight) is run as written on each chunk, and branches that are
@@ -41,6 +50,7 @@ added must emit their samples at the same times (see ``docs/causal-streaming.md`
 from __future__ import annotations
 
 import threading
+import warnings
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -50,19 +60,23 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from . import functional as PF
-from . import nn as pnn
-from .spec import (
+from .. import functional as PF
+from .. import nn as pnn
+from ..op import Op
+from ..spec import (
     Padding,
     PaddingError,
     _tuple_of,
     conv_output_size,
+    conv_transpose_output_size,
     pool_output_size,
 )
+from .convert import _KeywordTolerant
 
 __all__ = ["StreamingModule"]
 
 _CONVS = (nn.Conv1d, nn.Conv2d, nn.Conv3d)
+_CONVTS = (nn.ConvTranspose1d, nn.ConvTranspose2d, nn.ConvTranspose3d)
 _MAX_POOLS = (nn.MaxPool1d, nn.MaxPool2d, nn.MaxPool3d)
 _AVG_POOLS = (nn.AvgPool1d, nn.AvgPool2d, nn.AvgPool3d)
 _LP_POOLS = (nn.LPPool1d, nn.LPPool2d, nn.LPPool3d)
@@ -80,10 +94,18 @@ _PADKIT_LAYERS = (
     pnn.LPPool1d,
     pnn.LPPool2d,
     pnn.LPPool3d,
+    pnn.ConvTranspose1d,
+    pnn.ConvTranspose2d,
+    pnn.ConvTranspose3d,
 )
-_KNOWN_FORWARDS = frozenset(c.forward for c in _CONVS + _POOLS + _PADKIT_LAYERS)
+_KNOWN_FORWARDS = frozenset(
+    [*(c.forward for c in _CONVS + _CONVTS + _POOLS + _PADKIT_LAYERS), _KeywordTolerant.forward]
+)
 
-_ND = {
+_ND: dict[type[nn.Module], int] = {
+    nn.ConvTranspose1d: 1,
+    nn.ConvTranspose2d: 2,
+    nn.ConvTranspose3d: 3,
     nn.Conv1d: 1,
     nn.Conv2d: 2,
     nn.Conv3d: 3,
@@ -149,10 +171,6 @@ _PER_STEP: tuple[type[nn.Module], ...] = (
 # a way padkit does not stream: refused with the reason.
 _REFUSED: tuple[tuple[tuple[type[nn.Module], ...], str], ...] = (
     (
-        (nn.ConvTranspose1d, nn.ConvTranspose2d, nn.ConvTranspose3d),
-        "transposed convs are not streamed by padkit yet",
-    ),
-    (
         (
             nn.AdaptiveAvgPool1d,
             nn.AdaptiveAvgPool2d,
@@ -215,8 +233,21 @@ _REFUSED: tuple[tuple[tuple[type[nn.Module], ...], str], ...] = (
 _BATCH_NORMS = (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d, nn.SyncBatchNorm)
 
 StreamState = dict[str, Tensor]
+# lookahead mode: the model input not yet committed, and the samples seen
+_INPUT_KEY = "<stream>.input"
+_POS_KEY = "<stream>.pos"
 
 _TORCH_CONV: dict[int, Any] = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}
+_TORCH_CONVT: dict[int, Any] = {
+    1: F.conv_transpose1d,
+    2: F.conv_transpose2d,
+    3: F.conv_transpose3d,
+}
+_CONVT_FN: dict[int, Any] = {
+    1: PF.conv_transpose1d,
+    2: PF.conv_transpose2d,
+    3: PF.conv_transpose3d,
+}
 _CONV_FN: dict[int, Any] = {1: PF.conv1d, 2: PF.conv2d, 3: PF.conv3d}
 _MAX_FN: dict[int, Any] = {1: PF.max_pool1d, 2: PF.max_pool2d, 3: PF.max_pool3d}
 _AVG_FN: dict[int, Any] = {1: PF.avg_pool1d, 2: PF.avg_pool2d, 3: PF.avg_pool3d}
@@ -235,34 +266,56 @@ def _lowest(dtype: torch.dtype) -> float:
 
 @dataclass(frozen=True)
 class _Plan:
-    """How one conv or pool streams along the time axis."""
+    """How one conv, pool or transposed conv streams along the time axis."""
 
     name: str
-    kind: str  # "conv", "max", "avg", "lp"
+    kind: str  # "conv", "max", "avg", "lp", "convt"
     nd: int
     ti: int  # index of the time axis among the layer's spatial axes
     k: tuple[int, ...]
     s: tuple[int, ...]
     d: tuple[int, ...]
-    lo: int  # left pad on the time axis
+    lo: int  # left pad on the time axis (transposed: what it crops at the start)
     replicate: bool  # time padding repeats the first frame
     padkit: bool  # a padkit layer (else a plain torch one)
+    hi: int = 0  # right pad (lookahead mode); transposed: outputs held back at the end
     # derived in __post_init__ (read on every step, so stored rather than computed)
     k_eff: int = field(init=False)
     stride: int = field(init=False)
     # samples of the padded input stream kept between chunks: k_eff - 1, or the whole left
-    # pad if that is longer (windows made of padding only)
+    # pad if that is longer (windows made of padding only); transposed convs keep the inputs
+    # that still reach the outputs not yet emitted
     history: int = field(init=False)
+    # a stride-1 conv/pool padded (k_eff - 1, 0): every chunk maps to itself, no arithmetic
+    simple: bool = field(init=False)
+    fast: bool = field(init=False)  # ... and a plain 1-d conv: the lean step path
+    pointwise: bool = field(init=False)  # a 1-d conv of kernel 1, no pads: no state at all
+    key_buf: str = field(init=False)
+    key_pos: str = field(init=False)
 
     def __post_init__(self) -> None:
         k_eff = self.d[self.ti] * (self.k[self.ti] - 1) + 1
+        stride = self.s[self.ti]
         object.__setattr__(self, "k_eff", k_eff)
-        object.__setattr__(self, "stride", self.s[self.ti])
-        object.__setattr__(self, "history", max(k_eff - 1, self.lo))
+        object.__setattr__(self, "stride", stride)
+        if self.kind == "convt":
+            hist = -(-(k_eff - 1 + self.hi) // stride)
+        elif self.hi > 0:  # lookahead: the right pad stands for samples not seen yet
+            hist = self.lo
+        else:
+            hist = max(k_eff - 1, self.lo)
+        object.__setattr__(self, "history", hist)
+        simple = self.kind != "convt" and stride == 1 and self.lo == k_eff - 1
+        object.__setattr__(self, "simple", simple)
+        fast = simple and self.kind == "conv" and self.nd == 1 and not self.replicate
+        object.__setattr__(self, "fast", fast and self.hi == 0 and k_eff > 1)
+        object.__setattr__(self, "pointwise", fast and self.hi == 0 and k_eff == 1)
+        object.__setattr__(self, "key_buf", f"{self.name}.buf")
+        object.__setattr__(self, "key_pos", f"{self.name}.pos")
 
     @property
     def stateless(self) -> bool:
-        return self.k_eff == 1 and self.stride == 1 and self.lo == 0
+        return self.kind != "convt" and self.k_eff == 1 and self.stride == 1 and self.lo == 0
 
     def offset(self, pos: int) -> int:
         """Where, in ``history ++ chunk``, the next output window starts, after ``pos`` input
@@ -279,6 +332,30 @@ class _Plan:
             return 0
         avail = self.history + length - self.offset(pos)
         return 0 if avail < self.k_eff else (avail - self.k_eff) // self.stride + 1
+
+    def emitted(self, pos: int) -> int:
+        """Transposed: outputs final after ``pos`` inputs (output j reads inputs up to
+        ``(j + lo) // s``; the last ``hi`` are held back, as the offline run crops them)."""
+        return max(0, pos * self.stride - self.lo - self.hi)
+
+    def window(self, pos: int, length: int) -> tuple[int, int]:
+        """``(start, count)`` of this chunk's outputs: for convs and pools the start of the
+        first window in ``history ++ chunk``; for transposed convs the first output to keep
+        in the full (uncropped) transposed output of ``history ++ chunk``."""
+        if self.kind == "convt":
+            first = self.emitted(pos)
+            count = self.emitted(pos + length) - first
+            return first + self.lo - (pos - self.history) * self.stride, count
+        if self.simple:
+            return 0, length
+        return self.offset(pos), self.outputs(pos, length)
+
+
+def _spatial(plan: _Plan, x: Tensor) -> list[int]:
+    """The spatial sizes of ``x`` with the time axis set to the kernel extent: the pads of
+    the other axes never depend on it, and export keeps the time length symbolic."""
+    sizes = [int(v) if i != plan.ti else plan.k_eff for i, v in enumerate(x.shape[2:])]
+    return sizes
 
 
 def _time_index(axis: int, nd: int, name: str) -> int:
@@ -305,7 +382,7 @@ def _torch_pairs(
     return tuple((p, p) for p in _tuple_of(padding, nd, "padding", minimum=0))
 
 
-def _plan_layer(name: str, layer: nn.Module, axis: int) -> _Plan:
+def _plan_layer(name: str, layer: nn.Module, axis: int, lookahead: bool = False) -> _Plan:
     nd = next(v for t, v in _ND.items() if isinstance(layer, t))
     ti = _time_index(axis, nd, name)
     what = f"{type(layer).__name__} {name!r}"
@@ -321,57 +398,56 @@ def _plan_layer(name: str, layer: nn.Module, axis: int) -> _Plan:
             "conv/pool itself and would skip that code"
         )
     is_padkit = isinstance(layer, _PADKIT_LAYERS)
-    if isinstance(layer, _CONVS):
-        kind = "conv"
-        k = _tuple_of(layer.kernel_size, nd, "kernel_size")
-        s = _tuple_of(layer.stride, nd, "stride")
-        d = _tuple_of(layer.dilation, nd, "dilation")
-    else:
-        kind = (
-            "max"
-            if isinstance(layer, _MAX_POOLS)
-            else "avg"
-            if isinstance(layer, _AVG_POOLS)
-            else "lp"
+    if isinstance(layer, _CONVTS):
+        return _plan_transposed(name, layer, nd, ti, what, is_padkit, lookahead)
+    rec = Op.from_module(layer, where=f"StreamingModule: {what}")
+    if rec is None:  # pragma: no cover - the forward check above rules foreign layers out
+        raise PaddingError(f"StreamingModule: {what} is not a conv or pool padkit can read")
+    kind, k, s, d, spec = rec.kind, rec.kernel, rec.stride, rec.dilation, rec.padding
+    if rec.return_indices:
+        raise PaddingError(
+            f"StreamingModule: {what} has return_indices=True; indices into a stream are "
+            "not supported"
         )
-        k = _tuple_of(layer.kernel_size, nd, "kernel_size")
-        stride = getattr(layer, "stride", None)
-        s = k if stride is None else _tuple_of(stride, nd, "stride")
-        d = _tuple_of(getattr(layer, "dilation", 1), nd, "dilation")
-        if getattr(layer, "return_indices", False):
-            raise PaddingError(
-                f"StreamingModule: {what} has return_indices=True; indices into a stream are "
-                "not supported"
-            )
-        if getattr(layer, "ceil_mode", False) and s[ti] > 1:
-            raise PaddingError(
-                f"StreamingModule: {what} has ceil_mode=True with stride {s[ti]} on the time "
-                "axis: its last window depends on where the sequence ends"
-            )
-    if is_padkit:
-        spec: Padding = layer.pad_spec  # type: ignore[assignment]
-        rule = spec.axes[ti]
-        try:
-            ((lo, hi),) = Padding((rule,), ceil_mode=spec.ceil_mode).resolve(
-                k[ti], s[ti], d[ti], ndim=1
-            )
-        except PaddingError:
-            raise PaddingError(
-                f"StreamingModule: {what} pads the time axis with {rule!r} at stride {s[ti]}, "
-                "which depends on the sequence length; use 'causal' or 'causal_block'"
-            ) from None
-    else:
-        (lo, hi) = _torch_pairs(getattr(layer, "padding", 0), k, d)[ti]
-    if hi != 0:
+    if rec.ceil_mode and s[ti] > 1:
+        raise PaddingError(
+            f"StreamingModule: {what} has ceil_mode=True with stride {s[ti]} on the time "
+            "axis: its last window depends on where the sequence ends"
+        )
+    rule = spec.axes[ti]
+    try:
+        ((lo, hi),) = Padding((rule,), ceil_mode=spec.ceil_mode).resolve(
+            k[ti], s[ti], d[ti], ndim=1
+        )
+    except PaddingError:
+        raise PaddingError(
+            f"StreamingModule: {what} pads the time axis with {rule!r} at stride {s[ti]}, "
+            "which depends on the sequence length; use 'causal' or 'causal_block'"
+        ) from None
+    k_eff = d[ti] * (k[ti] - 1) + 1
+    if lookahead and (s[ti] != 1 or lo + hi != k_eff - 1):
+        raise PaddingError(
+            f"StreamingModule(lookahead=...): {what} has stride {s[ti]} and time pads "
+            f"{(lo, hi)} (effective kernel {k_eff}); lookahead streaming needs stride 1 and "
+            "pads that keep the length (lo + hi = k_eff - 1: 'same', 'causal', symmetric "
+            "(k-1)/2)"
+        )
+    if hi != 0 and not lookahead:
         raise PaddingError(
             f"StreamingModule: {what} pads the time axis (axis {axis}) with {(lo, hi)}: the "
             f"right pad {hi} needs samples from the future. Use padding='causal' (or "
-            "'causal_block') on the time axis, e.g. ('causal', 'same', 'same') for video"
+            "'causal_block') on the time axis, e.g. ('causal', 'same', 'same') for video, or "
+            "stream with a delay: StreamingModule(model, lookahead='auto')"
         )
     replicate = False
-    if kind == "conv" and lo > 0:
+    if kind == "conv" and lo + hi > 0:
         mode: Any = layer.padding_mode
         tmode = mode if isinstance(mode, str) else mode[ti]
+        if tmode == "replicate" and lookahead:
+            raise PaddingError(
+                f"StreamingModule(lookahead=...): {what} pads the time axis in mode "
+                "'replicate'; lookahead streaming pads time with zeros only"
+            )
         if tmode == "replicate":
             replicate = True
         elif tmode != "zeros":
@@ -380,7 +456,48 @@ def _plan_layer(name: str, layer: nn.Module, axis: int) -> _Plan:
                 "samples from the future; stream with 'zeros' or 'replicate' (repeat the first "
                 "frame) on the time axis, e.g. padding_mode=('replicate', 'zeros', 'zeros')"
             )
-    return _Plan(name, kind, nd, ti, k, s, d, lo, replicate, is_padkit)
+    return _Plan(name, kind, nd, ti, k, s, d, lo, replicate, is_padkit, hi)
+
+
+def _plan_transposed(
+    name: str, layer: Any, nd: int, ti: int, what: str, is_padkit: bool, lookahead: bool
+) -> _Plan:
+    k = _tuple_of(layer.kernel_size, nd, "kernel_size")
+    s = _tuple_of(layer.stride, nd, "stride")
+    d = _tuple_of(layer.dilation, nd, "dilation")
+    op = _tuple_of(layer.output_padding, nd, "output_padding", minimum=0)
+    if lookahead:
+        raise PaddingError(
+            f"StreamingModule(lookahead=...): {what} is a transposed conv; lookahead streaming "
+            "takes stride-1 models only (stream a causal decoder without lookahead)"
+        )
+    if is_padkit:
+        found = set()
+        for n in (7, 8, 9):
+            sizes = [max(kk, 2) for kk in k]
+            sizes[ti] = n
+            found.add(tuple(layer.resolved_crops(tuple(sizes)))[ti])
+        if len(found) != 1:
+            raise PaddingError(
+                f"StreamingModule: {what} crops its time axis by an amount that depends on the "
+                "sequence length; use padding='causal' on the time axis"
+            )
+        ((lo, hi),) = found
+    else:
+        pad = _tuple_of(layer.padding, nd, "padding", minimum=0)
+        lo, hi = pad[ti], pad[ti]
+    k_eff = d[ti] * (k[ti] - 1) + 1
+    # the offline output crops hi - op at the end of the full (n-1)*s + k_eff outputs; the
+    # outputs a stream can finalise after n inputs end at n*s: held back = the difference
+    held = hi - op[ti] - (k_eff - s[ti])
+    if held < 0:
+        raise PaddingError(
+            f"StreamingModule: {what} (kernel {k[ti]}, stride {s[ti]}, dilation {d[ti]}) crops "
+            f"{(lo, hi)} with output_padding {op[ti]} on the time axis: its last {-held} "
+            "output(s) read only the last input and exist only once the sequence ends. Crop "
+            "k_eff - stride at the end (padding='causal') to stream it"
+        )
+    return _Plan(name, "convt", nd, ti, k, s, d, lo, False, is_padkit, held)
 
 
 # ----------------------------------------------------------------------------- the runner
@@ -391,13 +508,41 @@ class _StreamLayer(nn.Module):
 
     def __init__(self, runner: StreamingModule, plan: _Plan, layer: nn.Module) -> None:
         super().__init__()
+        # plain attributes (not submodules): the layer stays registered in the model only
         object.__setattr__(self, "_runner", runner)
         object.__setattr__(self, "_layer", layer)
-        self.plan = plan
+        object.__setattr__(self, "plan", plan)
 
-    def forward(self, x: Tensor) -> Tensor:
-        runner: StreamingModule = object.__getattribute__(self, "_runner")
-        layer: nn.Module = object.__getattribute__(self, "_layer")
+    _runner: StreamingModule
+    _layer: nn.Module
+    plan: _Plan
+
+    def __call__(self, x: Tensor, *args: Any, **kwargs: Any) -> Tensor:
+        # a stand-in has no hooks: skip nn.Module's call machinery (it runs once per layer
+        # and step, which is the overhead that matters for small chunks)
+        return self.forward(x, *args, **kwargs)
+
+    def forward(self, x: Tensor, *args: Any, **kwargs: Any) -> Tensor:
+        runner: StreamingModule = self._runner
+        layer: nn.Module = self._layer
+        plan = self.plan
+        if plan.fast and not args and not kwargs:
+            y = runner._run_fast(plan, layer, x)
+            if y is not None:
+                return y
+        elif plan.pointwise and not args and not kwargs and x.dim() == 3 and x.shape[2] > 0:
+            # a 1x1 conv: no state, no padding, the torch conv (skips the layer's own forward)
+            w: Any = layer
+            return F.conv1d(x, w.weight, w.bias, 1, 0, 1, w.groups)
+        if args or kwargs:
+            extra = [a for a in args if a is not None and a is not False]
+            extra += [k for k, v in kwargs.items() if v is not None and v is not False]
+            if extra or type(layer).forward is not _KeywordTolerant.forward:
+                raise PaddingError(
+                    f"StreamingModule: {type(layer).__name__} {self.plan.name!r} was called "
+                    f"with extra arguments {args!r} {kwargs!r}; a streamed layer takes the "
+                    "input only"
+                )
         return runner._run_layer(self.plan, layer, x)
 
 
@@ -408,8 +553,15 @@ class _Context:
     lazy: bool = False
     created: StreamState = field(default_factory=dict)
     static_pos: dict[str, int] | None = None
+    # lookahead mode: (start, commit, end) stream times of this step: every tensor covers
+    # [start, end), the samples before commit become history
+    lookahead: tuple[int, int, int] | None = None
     record: dict[str, tuple[int, int]] | None = None
     called: set[str] = field(default_factory=set)
+    # per step: a layer's sample count advanced by the chunk length, shared by the layers
+    # that hold the same count tensor (saves one tensor op per layer)
+    advanced: dict[tuple[int, int], Tensor] = field(default_factory=dict)
+    shared_pos: dict[tuple[int, str], Tensor] = field(default_factory=dict)
 
 
 class StreamingModule(nn.Module):
@@ -427,15 +579,24 @@ class StreamingModule(nn.Module):
     The state is a flat ``dict`` of plain tensors, keyed ``"<layer name>.buf"`` (the last
     ``dilation*(kernel-1)`` samples of the layer's padded input stream, shape
     ``(N, C, ...)``, the time axis ``dilation*(kernel-1)`` long) and
-    ``"<layer name>.pos"`` (an int64 count of samples seen): save it with ``torch.save``,
+    ``"<layer name>.pos"`` (an int64 count of samples seen per batch row, shape ``(N,)``;
+    :meth:`reset_rows` restarts single streams): save it with ``torch.save``,
     move it with ``{k: v.to(device) for k, v in state.items()}``, start over with
     :meth:`init_state`. :meth:`step` never modifies the state it is given.
 
     Args:
         model: the model; it is not modified (its layers are swapped for stand-ins only
             while a step runs, so do not call ``model`` from another thread meanwhile).
-        axis: the time axis of the inputs, counted in the input tensor's dims: ``-1`` for
-            ``(N, C, T)`` audio, ``2`` (or ``-3``) for ``(N, C, T, H, W)`` video.
+        axis: the time axis of the model's input and output, counted in their dims:
+            ``-1`` for ``(N, C, T)`` audio, ``1`` for ``(N, T, D)`` sequences (channels last,
+            as transformers and pytorch-tcn's ``input_shape="NLC"`` take them), ``2`` (or
+            ``-3``) for ``(N, C, T, H, W)`` video.
+        layer_axis: the time axis of the conv and pool inputs inside the model, counted in
+            their ``(N, C, ...)`` dims; default ``axis``, or ``-1`` when ``axis=1`` (the model
+            transposes ``(N, T, D)`` to ``(N, D, T)`` for its convs).
+        lookahead: ``None`` (causal: every time pad on the left), ``"auto"`` or a number of
+            samples: stream a stride-1 model whose layers also pad on the right, its outputs
+            delayed by :attr:`delay` samples (the last ones come from :meth:`flush`).
         allow: extra leaf module types, or qualified module names, that act on each time
             step on its own (e.g. a custom activation).
 
@@ -469,19 +630,40 @@ class StreamingModule(nn.Module):
         model: nn.Module,
         axis: int = -1,
         *,
+        layer_axis: int | None = None,
+        lookahead: int | str | None = None,
         allow: Sequence[type[nn.Module] | str] = (),
     ) -> None:
         super().__init__()
+        if (
+            lookahead is not None
+            and lookahead != "auto"
+            and (isinstance(lookahead, bool) or not isinstance(lookahead, int) or lookahead < 0)
+        ):
+            raise PaddingError(
+                f"StreamingModule: lookahead must be None (causal), 'auto' (the sum of the "
+                f"layers' right pads) or a non-negative int of samples, got {lookahead!r}"
+            )
         if not isinstance(model, nn.Module):
             raise TypeError(
                 f"StreamingModule: model must be an nn.Module, got {type(model).__name__}"
             )
         if isinstance(axis, bool) or not isinstance(axis, int):
             raise TypeError(f"StreamingModule: axis must be an int, got {axis!r}")
-        if axis in (0, 1):
+        if axis == 0:
             raise PaddingError(
-                f"StreamingModule: axis={axis} is the batch or channel axis; the time axis is a "
-                "spatial axis: -1 for (N, C, T), 2 for (N, C, T, H, W)"
+                "StreamingModule: axis=0 is the batch axis; pass the time axis: -1 for "
+                "(N, C, T), 1 for (N, T, D), 2 for (N, C, T, H, W)"
+            )
+        if layer_axis is None:
+            layer_axis = -1 if axis == 1 else axis
+        if isinstance(layer_axis, bool) or not isinstance(layer_axis, int):
+            raise TypeError(f"StreamingModule: layer_axis must be an int, got {layer_axis!r}")
+        if layer_axis in (0, 1):
+            raise PaddingError(
+                f"StreamingModule: layer_axis={layer_axis} is the batch or channel axis of the "
+                "conv inputs; the time axis is a spatial axis: -1 for (N, C, T), 2 for "
+                "(N, C, T, H, W)"
             )
         for a in allow:
             if not isinstance(a, str) and not (isinstance(a, type) and issubclass(a, nn.Module)):
@@ -491,6 +673,7 @@ class StreamingModule(nn.Module):
                 )
         self.model = model
         self.axis = axis
+        self.layer_axis = layer_axis
         self._allow_types = tuple(a for a in allow if not isinstance(a, str))
         self._allow_names = frozenset(a for a in allow if isinstance(a, str))
         self._plans: dict[str, _Plan] = {}
@@ -503,8 +686,20 @@ class StreamingModule(nn.Module):
         self._lock = threading.RLock()
         self._state: StreamState | None = None
         self._pairs_cache: dict[tuple[str, tuple[int, ...]], tuple[tuple[int, int], ...]] = {}
+        self._taps_cache: dict[tuple[int, int], tuple[Tensor, Tensor]] = {}
+        self._lookahead_mode = lookahead is not None
         self._scan(model, "", set())
         self._stand_ins.clear()
+        need = sum(p.hi for p in self._plans.values() if p.kind != "convt")
+        self._delay: int = 0
+        if lookahead is not None:
+            self._delay = need if lookahead == "auto" else int(lookahead)
+            top = max((p.hi for p in self._plans.values()), default=0)
+            if self._delay < top:
+                raise PaddingError(
+                    f"StreamingModule: lookahead={lookahead} is smaller than the right pad "
+                    f"{top} of one layer; the model needs up to {need} samples ('auto')"
+                )
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
@@ -529,8 +724,8 @@ class StreamingModule(nn.Module):
                 raise PaddingError(
                     f"StreamingModule cannot stream {type(module).__name__} {label!r}: {why}"
                 )
-        if isinstance(module, _CONVS + _POOLS):
-            plan = _plan_layer(label, module, self.axis)
+        if isinstance(module, _CONVS + _CONVTS + _POOLS):
+            plan = _plan_layer(label, module, self.layer_axis, self._lookahead_mode)
             self._plans[label] = plan
             stand_in = _StreamLayer(self, plan, module)
             self._stand_ins[id(module)] = stand_in
@@ -543,6 +738,8 @@ class StreamingModule(nn.Module):
         if isinstance(module, (_PER_STEP, self._allow_types)):
             return
         children = list(module.named_children())
+        if not children and isinstance(module, (nn.ModuleList, nn.ModuleDict, nn.Sequential)):
+            return  # an empty container (e.g. a list of optional layers, all None)
         if not children:
             raise PaddingError(
                 f"StreamingModule does not know whether {type(module).__name__} {label!r} acts "
@@ -637,7 +834,9 @@ class StreamingModule(nn.Module):
                 dtype=dtype or example.dtype,
                 device=device if device is not None else example.device,
             )
-            ctx = _Context(state_in={}, lazy=True)
+            dim = self.axis if self.axis >= 0 else probe.dim() + self.axis
+            span = (0, 0, int(probe.shape[dim])) if self._lookahead_mode else None
+            ctx = _Context(state_in={}, lazy=True, lookahead=span)
             with torch.no_grad():
                 self._run(probe, ctx)
             return ctx.created
@@ -646,15 +845,16 @@ class StreamingModule(nn.Module):
         dt = dtype or dflt_dtype
         dev = torch.device(device) if device is not None else dflt_device
         state: StreamState = {}
+        shared: dict[tuple[int, str], Tensor] = {}
         for plan in self._stateful():
             layer = self._layer(plan)
-            if plan.kind != "conv" or plan.nd != 1:
+            if plan.kind not in ("conv", "convt") or plan.nd != 1:
                 raise PaddingError(
                     f"init_state(): the buffer shape of {type(layer).__name__} {plan.name!r} "
                     "depends on its input; pass example=<an input chunk>"
                 )
             channels: Any = layer.in_channels
-            state.update(self._fresh(plan, (n, int(channels), plan.history), dt, dev))
+            state.update(self._fresh(plan, (n, int(channels), plan.history), dt, dev, shared))
         return state
 
     def _layer(self, plan: _Plan) -> nn.Module:
@@ -664,21 +864,85 @@ class StreamingModule(nn.Module):
 
     @staticmethod
     def _fresh(
-        plan: _Plan, shape: Sequence[int], dtype: torch.dtype, device: torch.device
+        plan: _Plan,
+        shape: Sequence[int],
+        dtype: torch.dtype,
+        device: torch.device,
+        shared: dict[tuple[int, str], Tensor] | None = None,
     ) -> StreamState:
         if plan.kind == "max":
             fill = _lowest(dtype)
             buf = torch.full(tuple(shape), fill, dtype=dtype, device=device)
         else:
             buf = torch.zeros(tuple(shape), dtype=dtype, device=device)
-        return {
-            f"{plan.name}.buf": buf,
-            f"{plan.name}.pos": torch.zeros((), dtype=torch.int64, device=device),
-        }
+        # layers that see the same sample count share one count tensor (never mutated), so
+        # a step advances it once for all of them
+        key = (int(shape[0]), str(device))
+        pos = shared.get(key) if shared is not None else None
+        if pos is None:
+            pos = torch.zeros((int(shape[0]),), dtype=torch.int64, device=device)
+            if shared is not None:
+                shared[key] = pos
+        return {plan.key_buf: buf, plan.key_pos: pos}
 
-    def reset(self) -> None:
-        """Forget the state that :meth:`forward` keeps (the next call starts a new stream)."""
-        self._state = None
+    def reset(self, rows: Sequence[int] | Tensor | None = None) -> None:
+        """Forget the state that :meth:`forward` keeps: all of it (the next call starts a new
+        stream), or only that of the batch ``rows`` (see :meth:`reset_rows`)."""
+        if rows is None or self._state is None:
+            self._state = None
+            return
+        self._state = self.reset_rows(self._state, rows)
+
+    def reset_rows(self, state: StreamState, rows: Sequence[int] | Tensor) -> StreamState:
+        """A copy of ``state`` in which the streams of the batch ``rows`` start over.
+
+        Every row of a batch keeps its own sample count, so streams that start, restart or
+        stop at different times share one batch; each row's outputs equal that stream run
+        alone. A strided layer can serve rows at different counts only while they complete
+        the same number of outputs per chunk: reset rows when the other rows have seen a
+        multiple of the model's total stride and feed chunks of such lengths (else
+        :meth:`step` raises). Not available with ``lookahead`` (one delay line per batch).
+        """
+        if self._lookahead_mode:
+            raise PaddingError(
+                "reset_rows(): a lookahead stream holds one input delay line for the whole "
+                "batch; reset the whole state (init_state()) instead"
+            )
+        if not isinstance(state, dict):
+            raise TypeError(f"reset_rows(): state must be a state dict, got {type(state).__name__}")
+        ok = isinstance(rows, Tensor) and not rows.is_floating_point() and not rows.is_complex()
+        if not ok and not isinstance(rows, Tensor):
+            seq = list(rows) if isinstance(rows, (list, tuple, range)) else None
+            ok = seq is not None and all(
+                isinstance(r, int) and not isinstance(r, bool) for r in seq
+            )
+        if not ok:
+            raise TypeError(
+                f"reset_rows(): rows must be a list/tuple/range of ints or an integer tensor, "
+                f"got {rows!r}"
+            )
+        idx = torch.as_tensor(rows, dtype=torch.int64).flatten()
+        new = dict(state)
+        counts: dict[int, Tensor] = {}  # shared count tensors stay shared
+        for plan in self._stateful():
+            buf, pos = state.get(plan.key_buf), state.get(plan.key_pos)
+            if buf is None or pos is None:
+                continue
+            n = int(pos.shape[0]) if pos.dim() else 1
+            if idx.numel() and (int(idx.min()) < -n or int(idx.max()) >= n):
+                raise PaddingError(
+                    f"reset_rows(): rows={rows!r} out of range for a batch of {n} streams"
+                )
+            fill = _lowest(buf.dtype) if plan.kind == "max" else 0.0
+            b = buf.clone()
+            b[idx.to(buf.device)] = fill
+            p = counts.get(id(pos))
+            if p is None:
+                p = pos.clone() if pos.dim() else pos.expand(n).clone()
+                p[idx.to(pos.device)] = 0
+                counts[id(pos)] = p
+            new[plan.key_buf], new[plan.key_pos] = b, p
+        return new
 
     # ------------------------------------------------------------------ stepping
 
@@ -687,11 +951,11 @@ class StreamingModule(nn.Module):
             raise TypeError(f"{what} must be a Tensor, got {type(chunk).__name__}")
         if chunk.dim() < 3:
             raise PaddingError(
-                f"{what} must be batched, (N, C, ...) with the time axis at axis={self.axis}, "
-                f"got shape {tuple(chunk.shape)}"
+                f"{what} must be batched, (N, C, ...) or (N, T, D), with the time axis at "
+                f"axis={self.axis}, got shape {tuple(chunk.shape)}"
             )
         dim = self.axis if self.axis >= 0 else chunk.dim() + self.axis
-        if not 2 <= dim < chunk.dim():
+        if not 1 <= dim < chunk.dim():
             raise PaddingError(
                 f"{what} of shape {tuple(chunk.shape)} has no spatial axis {self.axis}"
             )
@@ -699,8 +963,12 @@ class StreamingModule(nn.Module):
     def step(self, chunk: Tensor, state: StreamState) -> tuple[Any, StreamState]:
         """Feed one chunk; return the outputs it completes and the next state.
 
+        With ``lookahead``, the outputs lag the input by :attr:`delay` samples; the last
+        ones come out of :meth:`flush` when the stream ends.
+
         Args:
-            chunk: ``(N, C, ...)`` with any number of samples on the time axis.
+            chunk: ``(N, C, ...)`` (or ``(N, T, D)`` with ``axis=1``) with any number of
+                samples on the time axis.
             state: from :meth:`init_state` or the previous step (not modified).
 
         Returns:
@@ -712,15 +980,76 @@ class StreamingModule(nn.Module):
                 f"step(): state must be the dict from init_state() or step(), got "
                 f"{type(state).__name__}"
             )
+        if self._lookahead_mode:
+            return self._step_lookahead(chunk, state, final=False, lazy=False)
         ctx = _Context(state_in=state)
         out = self._run(chunk, ctx)
         new_state = dict(state)
         new_state.update(ctx.state_out)
         return out, new_state
 
+    def flush(self, state: StreamState, example: Tensor | None = None) -> Any:
+        """End the stream: the outputs still held back (lookahead mode), as the full-sequence
+        run computes them with the right padding at the sequence's end.
+
+        ``example`` (any chunk, for its shape) is needed only when no step has run yet. In
+        causal mode nothing is held back and the output has time length 0.
+        """
+        if not isinstance(state, dict):
+            raise TypeError(f"flush(): state must be a state dict, got {type(state).__name__}")
+        held = state.get(_INPUT_KEY)
+        if example is None and held is None:
+            raise PaddingError("flush(): pass example= (a chunk) when no step has run")
+        probe = held if held is not None else example
+        assert probe is not None
+        dim = self.axis if self.axis >= 0 else probe.dim() + self.axis
+        empty = probe.narrow(dim, 0, 0)
+        if self._lookahead_mode:
+            return self._step_lookahead(empty, state, final=True, lazy=False)[0]
+        return self.step(empty, state)[0]
+
+    def _step_lookahead(
+        self, chunk: Tensor, state: StreamState, *, final: bool, lazy: bool
+    ) -> tuple[Any, StreamState]:
+        dim = self.axis if self.axis >= 0 else chunk.dim() + self.axis
+        held = state.get(_INPUT_KEY)
+        pos_t = state.get(_POS_KEY)
+        n_prev = int(pos_t) if pos_t is not None else 0
+        x = chunk if held is None or held.shape[dim] == 0 else torch.cat([held, chunk], dim)
+        n = n_prev + int(chunk.shape[dim])
+        start = max(0, n_prev - self._delay)
+        if held is not None and held.shape[dim] != n_prev - start:
+            raise PaddingError(
+                f"step(): state {_INPUT_KEY!r} holds {held.shape[dim]} samples, expected "
+                f"{n_prev - start}; pass the state returned by the previous step"
+            )
+        commit = n if final else max(start, n - self._delay)
+        ctx = _Context(state_in=state, lazy=lazy, lookahead=(start, commit, n))
+        out = self._run(x, ctx)
+        if isinstance(out, Tensor):
+            odim = self.axis if self.axis >= 0 else out.dim() + self.axis
+            if out.shape[odim] != n - start:
+                raise PaddingError(
+                    f"StreamingModule(lookahead=...): the model returned {out.shape[odim]} "
+                    f"time steps for {n - start} input samples; lookahead streaming needs a "
+                    "model whose output has one step per input sample"
+                )
+            out = out.narrow(odim, 0, commit - start)
+        new_state = dict(ctx.created)
+        new_state.update(state)
+        new_state.update(ctx.state_out)
+        new_state[_INPUT_KEY] = x.narrow(dim, commit - start, n - commit).clone()
+        new_state[_POS_KEY] = torch.tensor(n, dtype=torch.int64, device=chunk.device)
+        return out, new_state
+
     def forward(self, chunk: Tensor) -> Any:
         """Feed one chunk, keeping the state inside the module (see :meth:`reset`)."""
         self._check_chunk(chunk, "forward(): chunk")
+        if self._lookahead_mode:
+            out, self._state = self._step_lookahead(
+                chunk, self._state or {}, final=False, lazy=True
+            )
+            return out
         ctx = _Context(state_in=self._state if self._state is not None else {}, lazy=True)
         out = self._run(chunk, ctx)
         new_state = dict(ctx.created)
@@ -728,6 +1057,17 @@ class StreamingModule(nn.Module):
         new_state.update(ctx.state_out)
         self._state = new_state
         return out
+
+    @property
+    def delay(self) -> int:
+        """Samples by which the outputs lag the input (lookahead mode; 0 when causal)."""
+        return self._delay
+
+    @property
+    def delays(self) -> dict[str, int]:
+        """Each layer's lookahead: its right pad on the time axis, in samples (lookahead
+        mode). :attr:`delay` is their sum unless ``lookahead`` was given as a number."""
+        return {n: p.hi for n, p in self._plans.items() if p.kind != "convt" and p.hi > 0}
 
     @property
     def state(self) -> StreamState | None:
@@ -746,6 +1086,82 @@ class StreamingModule(nn.Module):
             finally:
                 self._ctx = None
 
+    def _advance(self, ctx: _Context, pos: Tensor, length: int) -> Tensor:
+        if ctx.static_pos is not None:  # export: the length may be symbolic
+            return pos + length
+        key = (id(pos), length)
+        new = ctx.advanced.get(key)
+        if new is None:
+            new = pos + length
+            ctx.advanced[key] = new
+            ctx.advanced[(id(new), -1)] = pos  # keeps ``pos`` alive, so its id stays unique
+        return new
+
+    def _taps_weight(self, weight: Tensor) -> Tensor:
+        """``weight`` (O, C, k) as (O, k*C), tap-major; cached for a parameter while it is
+        unchanged and no gradient flows (a parametrized weight is rebuilt each step)."""
+        if not isinstance(weight, nn.Parameter) or (
+            weight.requires_grad and torch.is_grad_enabled()
+        ):
+            # computed per access, or part of an autograd graph: never reuse
+            return weight.permute(0, 2, 1).reshape(weight.shape[0], -1)
+        key = (id(weight), weight._version)
+        hit = self._taps_cache.get(key)
+        if hit is not None and hit[0] is weight:
+            return hit[1]
+        flat = weight.permute(0, 2, 1).reshape(weight.shape[0], -1)
+        if len(self._taps_cache) > 256:
+            self._taps_cache.clear()
+        self._taps_cache[key] = (weight, flat)
+        return flat
+
+    def _run_fast(self, plan: _Plan, layer: Any, x: Tensor) -> Tensor | None:
+        """The lean step of a stride-1 causal 1-d conv: ``cat``, ``conv1d``, a view of the
+        tail. None when anything is unusual (the general path then checks and explains)."""
+        ctx = self._ctx
+        if (
+            ctx is None
+            or ctx.static_pos is not None
+            or ctx.lookahead is not None
+            or ctx.record is not None
+            or plan.name in ctx.called
+            or not isinstance(x, Tensor)
+            or x.dim() != 3
+        ):
+            return None
+        buf = ctx.state_in.get(plan.key_buf)
+        pos = ctx.state_in.get(plan.key_pos)
+        length = x.shape[2]
+        if (
+            buf is None
+            or pos is None
+            or length == 0
+            or buf.shape[0] != x.shape[0]
+            or buf.shape[1] != x.shape[1]
+            or buf.shape[2] != plan.history
+        ):
+            return None
+        ctx.called.add(plan.name)
+        cat = torch.cat((buf, x), 2)
+        dil = plan.d[0]
+        if length == 1 and dil > 1:
+            # one output: its taps, every dil-th sample, through the undilated conv (torch's
+            # dilated CPU conv costs several times more per call)
+            y = F.conv1d(cat[:, :, ::dil], layer.weight, layer.bias, 1, 0, 1, layer.groups)
+        elif dil > 1 and layer.groups == 1 and length <= 512 and not cat.is_cuda:
+            # a few outputs of a dilated conv: their taps as a matrix, one matmul
+            weight = layer.weight
+            k = int(weight.shape[2])
+            taps = cat.unfold(2, plan.k_eff, 1)[..., ::dil]  # (N, C, L, k)
+            flat = taps.permute(0, 2, 3, 1).reshape(cat.shape[0], length, k * cat.shape[1])
+            y = F.linear(flat, self._taps_weight(weight), layer.bias).transpose(1, 2)
+        else:
+            y = F.conv1d(cat, layer.weight, layer.bias, 1, 0, plan.d, layer.groups)
+        tail = cat.narrow(2, length, plan.history)
+        ctx.state_out[plan.key_buf] = tail.clone() if length > 3 * plan.history else tail
+        ctx.state_out[plan.key_pos] = self._advance(ctx, pos, length)
+        return y
+
     def _run_layer(self, plan: _Plan, layer: nn.Module, x: Tensor) -> Tensor:
         ctx = self._ctx
         if ctx is None:  # pragma: no cover - stand-ins exist only inside a step
@@ -763,51 +1179,121 @@ class StreamingModule(nn.Module):
                 f"needs batched (N, C, {', '.join('*' * plan.nd)}) inputs"
             )
         td = 2 + plan.ti
-        length = int(x.shape[td])
+        length = x.shape[td]
         if plan.stateless:
             return layer(x) if length > 0 else self._empty(plan, layer, x)
-        key_buf, key_pos = f"{plan.name}.buf", f"{plan.name}.pos"
-        if key_buf not in ctx.state_in or key_pos not in ctx.state_in:
-            if not ctx.lazy:
-                raise PaddingError(
-                    f"step(): the state has no entry {key_buf!r}/{key_pos!r} for "
-                    f"{type(layer).__name__} {plan.name!r}; build the state with init_state()"
-                )
+        key_buf, key_pos = plan.key_buf, plan.key_pos
+        state_in = ctx.state_in
+        if key_buf in state_in and key_pos in state_in:
+            buf, pos = state_in[key_buf], state_in[key_pos]
+        elif ctx.lazy:
             shape = list(x.shape)
             shape[td] = plan.history
-            fresh = self._fresh(plan, shape, x.dtype, x.device)
+            fresh = self._fresh(plan, shape, x.dtype, x.device, ctx.shared_pos)
             ctx.created.update(fresh)
             buf, pos = fresh[key_buf], fresh[key_pos]
         else:
-            buf, pos = ctx.state_in[key_buf], ctx.state_in[key_pos]
-        want = list(x.shape)
-        want[td] = plan.history
-        if list(buf.shape) != want:
+            raise PaddingError(
+                f"step(): the state has no entry {key_buf!r}/{key_pos!r} for "
+                f"{type(layer).__name__} {plan.name!r}; build the state with init_state()"
+            )
+        if (
+            buf.shape[td] != plan.history
+            or buf.shape[:td] != x.shape[:td]
+            or (buf.shape[td + 1 :] != x.shape[td + 1 :])
+        ):
+            want = list(x.shape)
+            want[td] = plan.history
             raise PaddingError(
                 f"step(): state {key_buf!r} has shape {tuple(buf.shape)} but "
                 f"{type(layer).__name__} {plan.name!r} needs {tuple(want)} for an input chunk "
                 f"of shape {tuple(x.shape)} (batch size or input shape changed? start a new "
                 "state with init_state(), or reset() for forward())"
             )
-        pos_i = ctx.static_pos[plan.name] if ctx.static_pos is not None else int(pos.item())
+        if ctx.lookahead is not None:
+            return self._run_layer_lookahead(plan, layer, x, buf, pos, ctx)
+        if ctx.static_pos is not None:
+            pos_i = ctx.static_pos[plan.name]
+            mixed = True
+        else:
+            pos_i, mixed = self._phase(plan, pos, length)
         if ctx.record is not None:
             ctx.record[plan.name] = (pos_i, length)
         if plan.replicate and length > 0:
-            first = x.narrow(td, 0, 1).expand(want)
-            if ctx.static_pos is not None:
-                buf = torch.where(pos == 0, first, buf)
+            first = x.narrow(td, 0, 1).expand(buf.shape)
+            if mixed:
+                buf = torch.where((pos == 0).view(-1, *[1] * (x.dim() - 1)), first, buf)
             elif pos_i == 0:
                 buf = first
         cat = torch.cat([buf, x], dim=td) if plan.history > 0 else x
-        off = plan.offset(pos_i)
-        m = plan.outputs(pos_i, length)
+        off, m = plan.window(pos_i, length)
         if m > 0:
-            seg = cat.narrow(td, off, (m - 1) * plan.stride + plan.k_eff)
-            y = self._op(plan, layer, seg, cat, pos, off)
+            if plan.kind == "convt":
+                y = self._op_transposed(plan, layer, cat)
+                if off != 0 or y.shape[td] != m:
+                    y = y.narrow(td, off, m)
+            else:
+                span = (m - 1) * plan.stride + plan.k_eff
+                seg = cat if off == 0 and span == cat.shape[td] else cat.narrow(td, off, span)
+                y = self._op(plan, layer, seg, pos - plan.history + off, None)
         else:
             y = self._empty(plan, layer, x)
-        ctx.state_out[key_buf] = cat.narrow(td, length, plan.history).clone()
-        ctx.state_out[key_pos] = pos + length
+        if plan.history > 0:
+            tail = cat.narrow(td, length, plan.history)
+            # a short view would pin a long chunk's memory: copy it then
+            short = ctx.static_pos is None and cat.shape[td] <= 4 * plan.history
+            ctx.state_out[key_buf] = tail if short else tail.clone()
+        else:
+            ctx.state_out[key_buf] = buf
+        ctx.state_out[key_pos] = self._advance(ctx, pos, length)
+        return y
+
+    def _phase(self, plan: _Plan, pos: Tensor, length: int) -> tuple[int, bool]:
+        """The sample count all rows share for this layer's windows, and whether the rows'
+        counts differ (then only where the difference does not matter)."""
+        if pos.dim() == 0:
+            return int(pos), False
+        values = pos.tolist()
+        first = values[0]
+        if all(v == first for v in values):
+            return int(first), False
+        windows = {plan.window(int(v), length) for v in set(values)}
+        if len(windows) > 1:
+            raise PaddingError(
+                f"step(): the streams in this batch are at different phases of "
+                f"{plan.name!r} (stride {plan.stride}; samples seen per row: {values}), so "
+                "this chunk completes a different number of outputs per row. Reset rows only "
+                "when the other rows have seen a multiple of the model's total stride, and "
+                "feed chunks whose length is a multiple of it"
+            )
+        return int(first), True
+
+    def _run_layer_lookahead(
+        self, plan: _Plan, layer: nn.Module, x: Tensor, buf: Tensor, pos: Tensor, ctx: _Context
+    ) -> Tensor:
+        """Lookahead mode: ``x`` covers the uncommitted samples and the new chunk; the right
+        pad stands for the samples not seen yet, as if the stream ended now."""
+        assert ctx.lookahead is not None
+        start, commit, end = ctx.lookahead
+        td = 2 + plan.ti
+        parts = [buf, x] if plan.lo > 0 else [x]
+        if plan.hi > 0:
+            shape = list(x.shape)
+            shape[td] = plan.hi
+            fill = _lowest(x.dtype) if plan.kind == "max" else 0.0
+            parts.append(x.new_full(shape, fill))
+        cat = torch.cat(parts, dim=td) if len(parts) > 1 else x
+        t0 = torch.full((x.shape[0],), start - plan.lo, dtype=torch.int64, device=x.device)
+        if cat.shape[td] >= plan.k_eff:
+            y = self._op(plan, layer, cat, t0, end)
+        else:
+            y = self._empty(plan, layer, x)
+        if plan.lo > 0:
+            tail = cat.narrow(td, commit - start, plan.lo)
+            ctx.state_out[plan.key_buf] = tail.clone()
+        else:
+            ctx.state_out[plan.key_buf] = buf
+        ctx.state_out[plan.key_pos] = pos
         return y
 
     # ------------------------------------------------------------------ the ops
@@ -815,12 +1301,18 @@ class StreamingModule(nn.Module):
     def _pairs(
         self, plan: _Plan, layer: nn.Module, sizes: Sequence[int]
     ) -> tuple[tuple[int, int], ...]:
-        """The layer's pads for these spatial sizes, with the time axis unpadded."""
+        """The layer's pads (transposed: crops) for these spatial sizes, time unpadded."""
         key = (plan.name, tuple(sizes))
         cached = self._pairs_cache.get(key)
         if cached is not None:
             return cached
-        if plan.padkit:
+        if plan.kind == "convt":
+            if plan.padkit:
+                pairs = list(layer.resolved_crops(tuple(sizes)))  # type: ignore[operator]
+            else:
+                pad = _tuple_of(getattr(layer, "padding", 0), plan.nd, "padding", minimum=0)
+                pairs = [(p, p) for p in pad]
+        elif plan.padkit:
             probe = list(sizes)
             probe[plan.ti] = max(plan.k_eff, 1)
             pairs = list(layer.resolved_padding(tuple(probe)))  # type: ignore[operator]
@@ -832,13 +1324,35 @@ class StreamingModule(nn.Module):
             self._pairs_cache[key] = result
         return result
 
-    def _op(
-        self, plan: _Plan, layer: Any, seg: Tensor, cat: Tensor, pos: Tensor, off: int
-    ) -> Tensor:
-        if plan.lo == 0:
+    def _op_transposed(self, plan: _Plan, layer: Any, cat: Tensor) -> Tensor:
+        """The full (time-uncropped) transposed conv of ``history ++ chunk``."""
+        sizes = _spatial(plan, cat)
+        pairs = self._pairs(plan, layer, sizes)
+        op = list(_tuple_of(layer.output_padding, plan.nd, "output_padding", minimum=0))
+        op[plan.ti] = 0
+        if all(p == (0, 0) for p in pairs) and not any(op):
+            return _TORCH_CONVT[plan.nd](  # type: ignore[no-any-return]
+                cat, layer.weight, layer.bias, plan.s, 0, 0, layer.groups, plan.d
+            )
+        return _CONVT_FN[plan.nd](  # type: ignore[no-any-return]
+            cat,
+            layer.weight,
+            layer.bias,
+            plan.s,
+            Padding(pairs),
+            tuple(op),
+            layer.groups,
+            plan.d,
+        )
+
+    def _op(self, plan: _Plan, layer: Any, seg: Tensor, t0: Tensor, end: int | None) -> Tensor:
+        """The layer, unpadded in time, on ``seg``; ``t0`` is the stream time of ``seg``'s
+        first sample per row (negative: the left pad), ``end`` the first time past the
+        stream's end (lookahead: the right pad), for pools that do not count pads."""
+        if plan.lo == 0 and plan.hi == 0 and plan.kind != "convt":
             # nothing to pad on the time axis: the layer's own forward is the full-sequence op
             return layer(seg)  # type: ignore[no-any-return]
-        sizes = [int(v) for v in seg.shape[2:]]
+        sizes = _spatial(plan, seg)
         pairs = self._pairs(plan, layer, sizes)
         nd = plan.nd
         if plan.kind == "conv" and all(p == (0, 0) for p in pairs):
@@ -873,29 +1387,37 @@ class StreamingModule(nn.Module):
                 seg, plan.k, plan.s, spec, layer.ceil_mode, layer.count_include_pad, divisor, plan.d
             )
         # average over the real samples only: pool the sum and, from a mask of which stream
-        # positions are real (not the left pad), the count
+        # positions are real (not the time pads), the count
         td = 2 + plan.ti
         total = avg(seg, plan.k, plan.s, spec, layer.ceil_mode, True, 1, plan.d)
-        idx = torch.arange(cat.shape[td], device=seg.device).narrow(0, off, seg.shape[td])
-        real = (idx + pos - plan.history >= 0).to(seg.dtype)
-        mshape = [1] * seg.dim()
+        times = t0.view(-1, 1) + torch.arange(seg.shape[td], device=seg.device)
+        real = times >= 0
+        if end is not None:
+            real = real & (times < end)
+        mshape = [seg.shape[0]] + [1] * (seg.dim() - 1)
         mshape[td] = seg.shape[td]
-        mask = real.view(mshape).expand([1, 1, *seg.shape[2:]])
+        mask = real.to(seg.dtype).view(mshape).expand([seg.shape[0], 1, *seg.shape[2:]])
         count = avg(mask, plan.k, plan.s, spec, layer.ceil_mode, True, 1, plan.d)
         return total / count  # type: ignore[no-any-return]
 
     def _empty(self, plan: _Plan, layer: Any, x: Tensor) -> Tensor:
         """The output of a chunk that completes no window (time length 0)."""
-        sizes = [int(v) for v in x.shape[2:]]
+        sizes = _spatial(plan, x)
         pairs = self._pairs(plan, layer, sizes)
         shape = [
             int(x.shape[0]),
-            int(layer.out_channels) if plan.kind == "conv" else int(x.shape[1]),
+            int(layer.out_channels) if plan.kind in ("conv", "convt") else int(x.shape[1]),
         ]
         ceil = bool(getattr(layer, "ceil_mode", False))
+        if plan.kind == "convt":
+            op = _tuple_of(layer.output_padding, plan.nd, "output_padding", minimum=0)
         for i, (n, (lo, hi)) in enumerate(zip(sizes, pairs)):
             if i == plan.ti:
                 shape.append(0)
+            elif plan.kind == "convt":
+                shape.append(
+                    conv_transpose_output_size(n, plan.k[i], plan.s[i], plan.d[i], lo, hi) + op[i]
+                )
             elif plan.kind == "conv":
                 shape.append(conv_output_size(n, plan.k[i], plan.s[i], plan.d[i], lo, hi))
             else:
@@ -912,7 +1434,8 @@ class StreamingModule(nn.Module):
         rtol: float = 1e-5,
         atol: float = 1e-5,
     ) -> float:
-        """Stream ``x`` in chunks of ``chunk_sizes`` and compare with ``model(x)``.
+        """Stream ``x`` in chunks of ``chunk_sizes`` (then :meth:`flush`) and compare with
+        ``model(x)``.
 
         Returns the largest absolute difference; raises :class:`padkit.PaddingError` when
         the shapes differ or a value differs by more than ``atol + rtol * |full|`` (for
@@ -933,6 +1456,8 @@ class StreamingModule(nn.Module):
             for chunk in torch.split(x, sizes, dim=dim):
                 y, state = self.step(chunk, state)
                 outs.append(y)
+            if self._lookahead_mode:
+                outs.append(self.flush(state))
         if not isinstance(full, Tensor):
             raise TypeError(f"verify(): the model must return a Tensor, got {type(full).__name__}")
         odim = self.axis if self.axis >= 0 else full.dim() + self.axis
@@ -967,6 +1492,11 @@ class StreamingModule(nn.Module):
         phase; layers without left padding need a warm-up step before export.
         """
         self._check_chunk(example, "step_module(): example")
+        if self._lookahead_mode:
+            raise PaddingError(
+                "step_module(): a lookahead stream's step is not exported (the held input "
+                "grows during the first steps); export a causal model"
+            )
         if state is None:
             state = self.init_state(example=example)
         ctx = _Context(state_in=state, record={})
@@ -999,33 +1529,86 @@ class StreamingModule(nn.Module):
         path: str,
         example: Tensor,
         state: StreamState | None = None,
+        *,
+        dynamic_batch: bool = True,
+        dynamic_length: bool = False,
         **kwargs: Any,
     ) -> list[str]:
         """Export one step (see :meth:`step_module`) to ONNX with the state as explicit
         inputs and outputs.
 
         The graph's inputs are ``chunk`` and ``state_in.<key>``, its outputs ``output`` and
-        ``state_out.<key>``, the keys in the order returned. Keyword arguments go to
-        ``torch.onnx.export`` (``dynamo=True`` unless given; ``opset_version``, ...). Run it
-        by feeding each step's ``state_out.*`` back as the next step's ``state_in.*``,
-        starting from :meth:`init_state`.
+        ``state_out.<key>``, the keys in the order returned. Run it by feeding each step's
+        ``state_out.*`` back as the next step's ``state_in.*``, starting from
+        :meth:`init_state`.
+
+        Args:
+            path: the ``.onnx`` file to write.
+            example: a chunk of the shape to export (its batch size and, unless
+                ``dynamic_length``, its time length).
+            state: the state to export from (sets the phase; default a fresh one).
+            dynamic_batch: the batch size is a graph input dimension (default); every state
+                tensor shares it.
+            dynamic_length: the chunk length is a graph input dimension too; allowed when
+                every stateful layer is a stride-1 conv or pool padded ``(k_eff - 1, 0)``
+                (then no layer's phase depends on the length).
+            **kwargs: to ``torch.onnx.export`` (``dynamo=True`` unless given;
+                ``opset_version``, ...).
 
         Returns:
             The state keys, in graph order.
         """
+        if self._lookahead_mode:
+            raise PaddingError(
+                "export_onnx(): lookahead streams are not exported (the held input grows during "
+                "the first steps); export a causal model"
+            )
+        if dynamic_length:
+            bad = [p.name for p in self._stateful() if not p.simple]
+            if bad:
+                raise PaddingError(
+                    f"export_onnx(dynamic_length=True): {bad} have a stride, a transposed conv "
+                    "or a left pad other than k_eff - 1, so their phase depends on the chunk "
+                    "length; export a fixed length (a multiple of the total stride)"
+                )
         step = self.step_module(example, state)
         start = state if state is not None else self.init_state(example=example)
-        args = (torch.zeros_like(example), *[start[k] for k in step.state_names])
+        # distinct tensors: layers may share one count tensor, which export would alias
+        values = [start[k].clone() for k in step.state_names]
+        args = (torch.zeros_like(example), *values)
+        dim = self.axis if self.axis >= 0 else example.dim() + self.axis
         kwargs.setdefault("dynamo", True)
         kwargs.setdefault("verbose", False)
-        torch.onnx.export(
-            step,
-            args,
-            path,
-            input_names=["chunk", *[f"state_in.{k}" for k in step.state_names]],
-            output_names=["output", *[f"state_out.{k}" for k in step.state_names]],
-            **kwargs,
-        )
+        names_in = ["chunk", *[f"state_in.{k}" for k in step.state_names]]
+        names_out = ["output", *[f"state_out.{k}" for k in step.state_names]]
+        if (
+            (dynamic_batch or dynamic_length)
+            and "dynamic_shapes" not in kwargs
+            and ("dynamic_axes" not in kwargs)
+        ):
+            if kwargs["dynamo"]:
+                batch = torch.export.Dim("batch", min=1, max=1 << 16)
+                chunk_dims: dict[int, Any] = {0: batch} if dynamic_batch else {}
+                if dynamic_length:
+                    chunk_dims[dim] = torch.export.Dim("time", min=1, max=1 << 20)
+                kwargs["dynamic_shapes"] = (
+                    chunk_dims,
+                    tuple({0: batch} if dynamic_batch and v.dim() else {} for v in values),
+                )
+            else:
+                axes: dict[str, dict[int, str]] = {}
+                for nm, v in zip(names_in + names_out, [example, *values] * 2):
+                    if dynamic_batch and v.dim():
+                        axes[nm] = {0: "batch"}
+                if dynamic_length:
+                    axes.setdefault("chunk", {})[dim] = "time"
+                kwargs["dynamic_axes"] = axes
+        with warnings.catch_warnings():
+            # the exporter notes that the state tensors share the chunk's batch dimension
+            warnings.filterwarnings("ignore", message=".*shares the same shape constraints.*")
+            torch.onnx.export(
+                step, args, path, input_names=names_in, output_names=names_out, **kwargs
+            )
         return list(step.state_names)
 
 

@@ -1,0 +1,326 @@
+"""padkit.streaming.convert_causal: third-party causal models, rewritten, then streamed.
+
+References, none computed by padkit: the original model's own output (the converted copy
+must reproduce it), and the converted model's full-sequence output for the streamed run
+(chunked by hypothesis, one-sample chunks included).
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Sequence
+
+import pytest
+import torch
+import torch.nn.functional as F
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from pytorch_tcn import TCN
+from torch import Tensor, nn
+from torch.nn.utils import parametrize
+
+import padkit.nn as pn
+from padkit import PaddingError
+from padkit.streaming import ConvertedConv1d, StreamingModule, convert_causal
+from padkit.surgery import SurgeryError
+
+torch.set_num_threads(1)
+
+
+def chunkings(n: int, max_cuts: int = 8) -> st.SearchStrategy[list[int]]:
+    cuts = st.lists(st.integers(0, n), max_size=max_cuts)
+    return cuts.map(lambda c: [b - a for a, b in zip([0, *sorted(c)], [*sorted(c), n])])
+
+
+def streamed(model: nn.Module, x: Tensor, sizes: Sequence[int], axis: int = -1) -> Tensor:
+    sm = StreamingModule(model, axis=axis)
+    state = sm.init_state(example=x.narrow(axis, 0, 1))
+    outs = []
+    with torch.no_grad():
+        for chunk in torch.split(x, list(sizes), dim=axis):
+            y, state = sm.step(chunk, state)
+            outs.append(y)
+    return torch.cat(outs, dim=axis)
+
+
+# ----------------------------------------------------------------------------- pytorch-tcn
+
+
+def test_pytorch_tcn_is_refused_as_is_and_streams_after_conversion() -> None:
+    torch.manual_seed(0)
+    tcn = TCN(3, [8, 8, 16], kernel_size=3, dilations=[1, 2, 4], causal=True).eval()
+    x = torch.randn(2, 3, 37)
+    with pytest.raises(PaddingError, match="overrides forward"):
+        StreamingModule(tcn)
+    new, report = convert_causal(tcn, x)
+    assert len(report.changes) == 6 and "(4, 0)" in str(report)
+    # weight norm kept as a parametrization, sharing nothing with the original
+    conv = new.get_submodule("network.1.conv1")
+    assert isinstance(conv, ConvertedConv1d) and parametrize.is_parametrized(conv, "weight")
+    with torch.no_grad():
+        torch.testing.assert_close(new(x), tcn(x), rtol=0, atol=0)
+    for sizes in ([1] * 37, [5, 0, 3, 29], [37]):
+        torch.testing.assert_close(streamed(new, x, sizes), tcn(x).detach(), rtol=1e-5, atol=1e-6)
+    # the original still pads for itself; the copy trains (gradients reach g and v)
+    assert isinstance(tcn.network[1].conv1.padder, nn.Module)
+    new.train()
+    new(x).sum().backward()
+    g = new.get_submodule("network.1.conv1").parametrizations.weight.original0
+    assert g.grad is not None and g.grad.abs().sum() > 0
+
+
+@settings(max_examples=6, deadline=None)
+@given(sizes=chunkings(30, max_cuts=10))
+def test_pytorch_tcn_nlc_skip_connections_any_chunking(sizes: list[int]) -> None:
+    """(N, T, C) input, skip connections, batch norm: streamed on axis 1."""
+    torch.manual_seed(1)
+    tcn = TCN(
+        2,
+        [6, 6],
+        kernel_size=4,
+        dilations=[1, 3],
+        causal=True,
+        use_skip_connections=True,
+        use_norm="batch_norm",
+        input_shape="NLC",
+    ).eval()
+    x = torch.randn(1, 30, 2)
+    new, _ = convert_causal(tcn, x, input_axis=1)
+    with torch.no_grad():
+        full = tcn(x)
+    torch.testing.assert_close(streamed(new, x, sizes, axis=1), full, rtol=1e-5, atol=1e-6)
+
+
+# ----------------------------------------------------------------------------- locuslab
+
+
+class Chomp1d(nn.Module):
+    def __init__(self, chomp_size: int) -> None:
+        super().__init__()
+        self.chomp_size = chomp_size
+
+    def forward(self, x: Tensor) -> Tensor:
+        return x[:, :, : -self.chomp_size].contiguous()
+
+
+class LocuslabBlock(nn.Module):
+    """The classic TCN block: symmetric padding (k-1)*d, then Chomp1d; old-style weight norm."""
+
+    def __init__(self, c_in: int, c_out: int, k: int, d: int) -> None:
+        super().__init__()
+        p = (k - 1) * d
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            self.conv1 = nn.utils.weight_norm(nn.Conv1d(c_in, c_out, k, padding=p, dilation=d))
+            self.conv2 = nn.utils.weight_norm(nn.Conv1d(c_out, c_out, k, padding=p, dilation=d))
+        self.chomp1, self.chomp2 = Chomp1d(p), Chomp1d(p)
+        self.net = nn.Sequential(
+            self.conv1,
+            self.chomp1,
+            nn.ReLU(),
+            nn.Dropout(0.2),
+            self.conv2,
+            self.chomp2,
+            nn.ReLU(),
+            nn.Dropout(0.2),
+        )
+        self.downsample = nn.Conv1d(c_in, c_out, 1) if c_in != c_out else None
+        self.relu = nn.ReLU()
+
+    def forward(self, x: Tensor) -> Tensor:
+        res = x if self.downsample is None else self.downsample(x)
+        return self.relu(self.net(x) + res)
+
+
+def locuslab_tcn() -> nn.Module:
+    return nn.Sequential(
+        LocuslabBlock(2, 8, 3, 1), LocuslabBlock(8, 8, 3, 2), LocuslabBlock(8, 4, 2, 4)
+    ).eval()
+
+
+@settings(max_examples=8, deadline=None)
+@given(sizes=chunkings(33, max_cuts=10))
+def test_locuslab_tcn_converts_and_streams(sizes: list[int]) -> None:
+    torch.manual_seed(2)
+    tcn = locuslab_tcn()
+    x = torch.randn(2, 2, 33)
+    new, report = convert_causal(tcn, x)
+    text = str(report)
+    assert "weight_norm" in text and "Chomp1d -> Identity" in text
+    assert new[1].conv1 is new[1].net[0]  # shared registrations stay shared
+    assert new[1].conv1.resolved_padding() == ((4, 0),)
+    assert isinstance(new[1].chomp1, nn.Identity)
+    with torch.no_grad():
+        full = tcn(x)
+    torch.testing.assert_close(new(x), full, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(streamed(new, x, sizes), full, rtol=1e-5, atol=1e-6)
+
+
+def test_chomp_after_a_strided_conv_moves_into_the_right_pad() -> None:
+    torch.manual_seed(3)
+    net = nn.Sequential(nn.Conv1d(1, 2, 4, stride=2, padding=3), Chomp1d(1)).eval()
+    x = torch.randn(1, 1, 20)
+    new, _ = convert_causal(net, x)
+    assert new[0].resolved_padding() == ((3, 1),)  # (3, 3) minus one output of stride 2
+    torch.testing.assert_close(new(x), net(x), rtol=0, atol=1e-6)
+
+
+# ----------------------------------------------------------------------------- F.pad / pad modules
+
+
+class CausalConv1d(nn.Conv1d):
+    """WaveNet style: a conv subclass that pads with F.pad in its forward."""
+
+    def __init__(self, c_in: int, c_out: int, k: int, dilation: int = 1) -> None:
+        super().__init__(c_in, c_out, k, dilation=dilation)
+        self.left = (k - 1) * dilation
+
+    def forward(self, x: Tensor) -> Tensor:  # type: ignore[override]
+        return super().forward(F.pad(x, (self.left, 0)))
+
+
+class CausalPad(nn.Module):
+    def __init__(self, left: int) -> None:
+        super().__init__()
+        self.left = left
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.pad(x, (self.left, 0))
+
+
+class GatedBlock(nn.Module):
+    """One pad module feeds the filter and the gate convs (not a Sequential)."""
+
+    def __init__(self, c: int, k: int, d: int) -> None:
+        super().__init__()
+        self.pad = CausalPad((k - 1) * d)
+        self.filter = nn.Conv1d(c, c, k, dilation=d)
+        self.gate = nn.Conv1d(c, c, k, dilation=d)
+        self.res = nn.Conv1d(c, c, 1)
+
+    def forward(self, x: Tensor) -> Tensor:
+        h = self.pad(x)
+        return x + self.res(torch.tanh(self.filter(h)) * torch.sigmoid(self.gate(h)))
+
+
+def wavenet() -> nn.Module:
+    return nn.Sequential(
+        CausalConv1d(1, 6, 2),
+        GatedBlock(6, 2, 2),
+        GatedBlock(6, 3, 4),
+        nn.ConstantPad1d((2, 0), 0.0),
+        nn.Conv1d(6, 3, 3),
+        nn.ReLU(),
+        nn.ZeroPad1d((1, 0)),
+        nn.Conv1d(3, 1, 2),
+    ).eval()
+
+
+@settings(max_examples=8, deadline=None)
+@given(sizes=chunkings(40, max_cuts=12))
+def test_wavenet_with_f_pad_modules_converts_and_streams(sizes: list[int]) -> None:
+    torch.manual_seed(4)
+    net = wavenet()
+    x = torch.randn(2, 1, 40)
+    with pytest.raises(PaddingError):
+        StreamingModule(net)
+    new, report = convert_causal(net, x)
+    assert isinstance(new[0], ConvertedConv1d) and new[0].resolved_padding() == ((1, 0),)
+    assert new[2].filter.resolved_padding() == ((8, 0),) == new[2].gate.resolved_padding()
+    assert isinstance(new[2].pad, nn.Identity) and isinstance(new[3], nn.Identity)
+    assert new[4].resolved_padding() == ((2, 0),) and new[7].resolved_padding() == ((1, 0),)
+    assert sum(c.what == ("removed",) for c in report.changes) == 4
+    with torch.no_grad():
+        full = net(x)
+    torch.testing.assert_close(new(x), full, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(streamed(new, x, sizes), full, rtol=1e-5, atol=1e-6)
+
+
+class InlineGated(nn.Module):
+    """F.pad written in the block's forward, feeding the filter and the gate convs."""
+
+    def __init__(self, c: int, k: int, d: int) -> None:
+        super().__init__()
+        self.left = (k - 1) * d
+        self.filter = nn.Conv1d(c, c, k, dilation=d)
+        self.gate = nn.Conv1d(c, c, k, dilation=d)
+        self.res = nn.Conv1d(c, c, 1)
+
+    def forward(self, x: Tensor) -> Tensor:
+        h = F.pad(x, (self.left, 0))
+        return x + self.res(torch.tanh(self.filter(h)) * torch.sigmoid(self.gate(h)))
+
+
+@settings(max_examples=6, deadline=None)
+@given(sizes=chunkings(30, max_cuts=10))
+def test_inline_f_pad_in_a_forward_is_moved_into_the_convs(sizes: list[int]) -> None:
+    torch.manual_seed(6)
+    net = nn.Sequential(nn.Conv1d(1, 4, 1), InlineGated(4, 3, 2), InlineGated(4, 2, 4)).eval()
+    x = torch.randn(2, 1, 30)
+    new, report = convert_causal(net, x)
+    assert new[1].filter.resolved_padding() == ((4, 0),) == new[1].gate.resolved_padding()
+    assert new[2].gate.resolved_padding() == ((4, 0),)
+    assert "torch.fx trace" in str(report)
+    with torch.no_grad():
+        full = net(x)
+    torch.testing.assert_close(new(x), full, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(streamed(new, x, sizes), full, rtol=1e-5, atol=1e-6)
+    # the root itself may be such a block
+    root, _ = convert_causal(InlineGated(1, 3, 1).eval(), torch.zeros(1, 1, 9))
+    assert root.filter.resolved_padding() == ((2, 0),)
+
+
+def test_pad_into_a_2d_conv_and_a_pad_used_twice_is_caught() -> None:
+    """A ZeroPad2d before a spectrogram conv merges per axis; a pad whose output also feeds
+    a residual add cannot be removed, and the final check says so."""
+    torch.manual_seed(5)
+    net = nn.Sequential(nn.ZeroPad2d((2, 0, 1, 1)), nn.Conv2d(1, 2, 3)).eval()
+    x = torch.randn(1, 1, 5, 9)
+    new, _ = convert_causal(net, x)
+    assert new[1].resolved_padding() == ((1, 1), (2, 0))
+    torch.testing.assert_close(new(x), net(x), rtol=0, atol=1e-6)
+
+    class Leaky(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.pad = nn.ConstantPad1d((2, 0), 0.0)
+            self.conv = nn.Conv1d(1, 1, 3)
+
+        def forward(self, x: Tensor) -> Tensor:
+            h = self.pad(x)
+            return self.conv(h) + h[..., 2:]
+
+    with pytest.raises(SurgeryError, match="does not reproduce"):
+        convert_causal(Leaky(), torch.randn(1, 1, 8))
+
+
+def test_converted_layer_refuses_the_originals_streaming_options() -> None:
+    conv = ConvertedConv1d(1, 1, 3, padding="causal")
+    with pytest.raises(PaddingError, match="computes the conv only"):
+        conv(torch.ones(1, 1, 4), inference=True)
+
+
+def test_nothing_to_convert_and_bad_arguments() -> None:
+    net = nn.Sequential(pn.Conv1d(1, 1, 3, padding="causal"))
+    new, report = convert_causal(net, torch.zeros(1, 1, 6))
+    assert not report.changes and "nothing to convert" in str(report)
+    assert new is not net
+    with pytest.raises(TypeError, match="model must be"):
+        convert_causal("net", torch.zeros(1, 1, 6))  # type: ignore[arg-type]
+    with pytest.raises(PaddingError, match="example must be"):
+        convert_causal(net, torch.zeros(6))
+    with pytest.raises(PaddingError, match="input_axis=5"):
+        convert_causal(net, torch.zeros(1, 1, 6), input_axis=5)
+
+
+def test_non_causal_pytorch_tcn_streams_with_lookahead_after_conversion() -> None:
+    """TCN(causal=False) pads both sides; converted, it streams with its reported delay."""
+    torch.manual_seed(7)
+    tcn = TCN(2, [6, 6], kernel_size=3, dilations=[1, 2], causal=False).eval()
+    x = torch.randn(1, 2, 26)
+    new, _ = convert_causal(tcn, x)
+    assert new.get_submodule("network.1.conv1").resolved_padding() == ((2, 2),)
+    sm = StreamingModule(new, lookahead="auto")
+    # four convs of kernel 3: dilation 1 reads 1 ahead, dilation 2 reads 2 ahead
+    assert sorted(sm.delays.values()) == [1, 1, 2, 2] and sm.delay == 6
+    assert sm.verify(x, [1, 4, 0, 9, 12]) < 1e-5
