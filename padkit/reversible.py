@@ -507,12 +507,36 @@ class PaddedCoupling(nn.Module):
         return out
 
 
+def _as_additive(coupling: nn.Module) -> AdditiveCoupling | None:
+    """padkit's AdditiveCoupling, or a view of memcnn's (same arithmetic), else None."""
+    if isinstance(coupling, AdditiveCoupling):
+        return coupling
+    kind = type(coupling)
+    if (
+        kind.__name__ == "AdditiveCoupling"
+        and kind.__module__.split(".")[0] == "memcnn"
+        and getattr(coupling, "implementation_bwd", None) == -1
+        and isinstance(getattr(coupling, "Fm", None), nn.Module)
+        and isinstance(getattr(coupling, "Gm", None), nn.Module)
+        and isinstance(getattr(coupling, "split_dim", None), int)
+    ):
+        fm: nn.Module = coupling.Fm  # type: ignore[assignment]
+        gm: nn.Module = coupling.Gm  # type: ignore[assignment]
+        return AdditiveCoupling(fm, gm, coupling.split_dim)  # type: ignore[arg-type]
+    return None
+
+
 def _coupling_inverse(coupling: nn.Module, output: Tensor, before: nn.Module | None) -> Tensor:
-    """``coupling.inverse(output)``, told which input values the padding ``before`` fixes."""
-    if isinstance(coupling, AdditiveCoupling) and before is not None:
-        known = _pad_constants(before, output)
-        if known is not None:
-            return coupling._inverse(output, known)
+    """``coupling.inverse(output)``, told which input values the padding ``before`` fixes.
+
+    That is done for padkit's :class:`AdditiveCoupling` and memcnn's (whose inverse has
+    the same arithmetic) when ``before`` is one of padkit's padding modules.
+    """
+    if before is not None:
+        additive = _as_additive(coupling)
+        known = _pad_constants(before, output) if additive is not None else None
+        if additive is not None and known is not None:
+            return additive._inverse(output, known)
     out: Tensor = coupling.inverse(output)  # type: ignore[operator]
     return out
 

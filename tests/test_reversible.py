@@ -751,6 +751,39 @@ def test_memcnn_wrapper_frees_and_rebuilds_a_channel_pad_input() -> None:
 
 
 @needs_memcnn
+@memcnn_storage
+@pytest.mark.parametrize("chain", ["memcnn", "padkit"])
+def test_memcnn_coupling_after_padding_is_exact_with_train_batchnorm(chain: str) -> None:
+    # memcnn's own RevNet use (keep_input=False everywhere) with the padding inside the
+    # first wrapper: PaddedCoupling's inverse tells memcnn's coupling where the zeros are
+    assert memcnn is not None
+    ours = _bn_chain("end", torch.float32, "inside")
+    pad = ours[0].pad
+    couplings = [ours[0].coupling, *ours[1:]]
+    mem = [memcnn.AdditiveCoupling(c.Fm, c.Gm) for c in couplings]
+    first = PaddedCoupling(pad, mem[0])
+    if chain == "memcnn":
+        wrapped = nn.Sequential(
+            *[memcnn.InvertibleModuleWrapper(m, keep_input=False) for m in [first, *mem[1:]]]
+        )
+
+        def run(t: Tensor) -> Tensor:
+            out: Tensor = wrapped(t * 1)  # memcnn frees its input: give it a copy
+            return out
+    else:
+        run = ReversibleSequential(first, *mem[1:], keep_input=False)
+    plain = nn.Sequential(first, *mem[1:])
+    params = list(plain.parameters())
+    x = torch.randn(4, 3, 8, 8)
+    got, want = _grads(run, x, params), _grads(plain, x, params)
+    errors = _relative_errors(
+        [got[0], *got[1]], [want[0], *want[1]], torch.finfo(torch.float32).eps
+    )
+    worst = max(errors)
+    assert worst[0] < 64, f"tensor {worst[1]} is {worst[0]:.0f} eps off"
+
+
+@needs_memcnn
 def test_padkit_chain_runs_memcnn_couplings() -> None:
     assert memcnn is not None
     torch.manual_seed(7)
