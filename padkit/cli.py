@@ -246,34 +246,33 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
     from .inspect import format_table, inspect_model, load_factory
 
     model = args.model
-    problem: str | None = None
-    unsupported: list[dict[str, Any]] = []
-    if _is_onnx_target(model):
+    onnx_file = _is_onnx_target(model)
+    if onnx_file:
         from ._onnxfile import read_onnx_file
 
         proto = read_onnx_file(model, load_external_data=False)
         _check_onnx_input_shape(proto, args.input_shape)
         reports = inspect_model(proto, args.input_shape)
-        problem, unsupported = _import_problem(model)
     elif ":" in model:
         if os.getcwd() not in sys.path:
             sys.path.insert(0, os.getcwd())  # 'mymodels:build' from the current directory
         reports = _inspect_torch(load_factory(model), args.input_shape)
     else:
         reports = inspect_model(model, args.input_shape)  # says which forms MODEL takes
+    if not args.json:
+        print(format_table(reports), flush=True)  # before the import check, which may fail
+    problem, unsupported = _import_problem(model) if onnx_file else (None, [])
     if args.json:
         payload: dict[str, Any] = {
             "model": model,
             "input_shape": list(args.input_shape) if args.input_shape else None,
             "layers": [r.to_dict() for r in reports],
         }
-        if _is_onnx_target(model):
+        if onnx_file:
             payload["imports"] = problem is None
             payload["import_error"] = problem
             payload["unsupported_ops"] = unsupported
         print(json.dumps(payload, indent=2))
-    else:
-        print(format_table(reports))
     if problem is not None:
         print(f"padkit inspect: error: {problem}", file=sys.stderr)
         return 1
