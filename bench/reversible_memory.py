@@ -199,6 +199,7 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     torch.set_default_dtype(getattr(torch, args.dtype))
     c_in, c = args.in_channels, args.channels
+    torch.manual_seed(1)
     x = torch.randn(args.batch, c_in, args.size, args.size)
     in_b = x.numel() * x.element_size()
     out_b = args.batch * c * args.size * args.size * x.element_size()
