@@ -629,16 +629,15 @@ def test_verify_checks_the_file_before_loading_torch(tmp_path: Path) -> None:
         "heavy = [m for m in ('torch', 'onnxruntime', 'onnx') if m in sys.modules]\n"
         "print(code, *heavy)\n"
     )
-    for path, loaded in [
-        (str(tmp_path / "missing.onnx"), ""),
-        (str(empty), ""),
-        (str(no_graph), " onnx"),  # parsing needs onnx, and nothing heavier
+    for path, loaded, reason in [
+        (str(tmp_path / "missing.onnx"), "", "FileNotFoundError: no such ONNX file"),
+        (str(empty), "", "OnnxFileError"),
+        (str(no_graph), " onnx", "OnnxFileError"),  # parsing needs onnx, nothing heavier
     ]:
         done = _python(probe, path)
         assert done.stdout == f"1{loaded}\n", done.stderr
         assert len(done.stderr.splitlines()) == 1
-        assert done.stderr.startswith("padkit verify: error: ")
-    assert "no such ONNX file" in _python(probe, str(tmp_path / "missing.onnx")).stderr
+        assert done.stderr.startswith(f"padkit verify: error: {reason}")
 
 
 def test_a_closed_pipe_ends_quietly() -> None:
