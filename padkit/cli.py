@@ -169,26 +169,127 @@ def _progress(command: str) -> Any:
     return say
 
 
+def _dims_text(shape: Sequence[int]) -> str:
+    return ",".join(str(v) for v in shape)
+
+
+def _is_onnx_target(model: str) -> bool:
+    """MODEL names an ONNX file (as padkit.inspect.inspect_model reads it)."""
+    return os.path.isfile(model) or model.lower().endswith(".onnx")
+
+
+def _check_onnx_input_shape(proto: Any, shape: Sequence[int] | None) -> None:
+    """--input-shape must have the rank of the model's first graph input."""
+    if shape is None:
+        return
+    inits = {t.name for t in proto.graph.initializer}
+    inputs = [vi for vi in proto.graph.input if vi.name not in inits]
+    if not inputs or not inputs[0].type.tensor_type.HasField("shape"):
+        return
+    dims = inputs[0].type.tensor_type.shape.dim
+    if len(dims) != len(shape):
+        declared = "x".join(
+            str(d.dim_value) if d.HasField("dim_value") else (d.dim_param or "?") for d in dims
+        )
+        raise _UsageError(
+            f"--input-shape {_dims_text(shape)} has {len(shape)} dim(s), but the model's "
+            f"first input {inputs[0].name!r} has rank {len(dims)} ({declared})"
+        )
+
+
+def _inspect_torch(module: Any, shape: Sequence[int] | None) -> list[Any]:
+    """inspect_model on a torch module; a shape that does not fit names --input-shape."""
+    from .inspect import inspect_model
+
+    reports = inspect_model(module)  # the layers alone: no forward pass
+    if shape is None:
+        return reports
+    try:
+        return inspect_model(module, shape)
+    except Exception as err:
+        dims = _dims_text(shape)
+        first = reports[0] if reports else None
+        if first is not None and len(shape) != len(first.kernel) + 2:
+            axes = ("N", "C", *("D", "H", "W")[3 - len(first.kernel) :])
+            raise _UsageError(
+                f"--input-shape {dims} has {len(shape)} dim(s), but the model's first conv/pool "
+                f"layer {first.name!r} ({first.op}) takes {len(axes)}-dim input "
+                f"({', '.join(axes)})"
+            ) from None
+        reason = str(err).strip().splitlines()[0] if str(err).strip() else ""
+        raise _UsageError(
+            f"--input-shape {dims}: the model's forward pass on zeros of that shape failed: "
+            f"{type(err).__name__}: {reason}"
+        ) from None
+
+
+def _import_problem(model: str) -> tuple[str | None, list[dict[str, Any]]]:
+    """Whether padkit.onnx.load imports the model: (one-line error or None, unsupported ops)."""
+    from .onnx import OnnxImportError, UnsupportedOnnxError, load
+
+    try:
+        load(model)  # the path, so that external data is found
+    except UnsupportedOnnxError as err:
+        ops: list[dict[str, Any]] = [
+            {"op": op, "opset": opset, "count": count, "reason": reason}
+            for op, opset, count, reason in err.unsupported
+        ]
+        listed = "; ".join(
+            f"{o['op']} (opset {o['opset']}) x{o['count']}"
+            + (f": {o['reason']}" if o["reason"] else "")
+            for o in ops
+        )
+        total = sum(o["count"] for o in ops)
+        return f"{model}: padkit.onnx.load cannot import {total} node(s): {listed}", ops
+    except OnnxImportError as err:
+        first = str(err).strip().splitlines()[0] if str(err).strip() else ""
+        return f"{model}: padkit.onnx.load cannot import it: {first}", []
+    return None, []
+
+
 def _cmd_inspect(args: argparse.Namespace) -> int:
-    from .inspect import format_table, inspect_model
+    from .inspect import format_table, inspect_model, load_factory
 
     model = args.model
-    if not os.path.exists(model) and ":" in model and os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())  # 'mymodels:build' from the current directory
-    reports = inspect_model(model, args.input_shape)
+    onnx_file = _is_onnx_target(model)
+    if onnx_file:
+        from ._onnxfile import read_onnx_file
+
+        proto = read_onnx_file(model, load_external_data=False)
+        _check_onnx_input_shape(proto, args.input_shape)
+        reports = inspect_model(proto, args.input_shape)
+    elif ":" in model:
+        if os.getcwd() not in sys.path:
+            sys.path.insert(0, os.getcwd())  # 'mymodels:build' from the current directory
+        reports = _inspect_torch(load_factory(model), args.input_shape)
+    else:
+        reports = inspect_model(model, args.input_shape)  # says which forms MODEL takes
+    if not args.json:
+        print(format_table(reports), flush=True)  # before the import check, which may fail
+    problem, unsupported = _import_problem(model) if onnx_file else (None, [])
     if args.json:
-        payload = {
+        payload: dict[str, Any] = {
             "model": model,
             "input_shape": list(args.input_shape) if args.input_shape else None,
             "layers": [r.to_dict() for r in reports],
         }
+        if onnx_file:
+            payload["imports"] = problem is None
+            payload["import_error"] = problem
+            payload["unsupported_ops"] = unsupported
         print(json.dumps(payload, indent=2))
-    else:
-        print(format_table(reports))
+    if problem is not None:
+        print(f"padkit inspect: error: {problem}", file=sys.stderr)
+        return 1
     return 0
 
 
 def _cmd_verify(args: argparse.Namespace) -> int:
+    if args.model is not None:  # a missing or empty file is reported before the slow imports
+        from ._onnxfile import check_onnx_path, read_onnx_file
+
+        check_onnx_path(args.model)
+        read_onnx_file(args.model, load_external_data=False)  # onnx only: no torch yet
     say = _progress("verify")
     if not args.quiet:
         say("loading torch ...")
@@ -356,6 +457,22 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _closed_pipe() -> int:
+    """Stdout's reader went away (``padkit explain ... | head -1``): end quietly.
+
+    Like other Unix tools, which die of SIGPIPE, exit 141 (128 + 13) with no message.
+    Stdout is pointed at the null device so that the interpreter's final flush of what
+    is still buffered does not fail again.
+    """
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError):  # stdout without a file descriptor
+        pass
+    return 141
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``padkit`` command; returns the exit code.
 
@@ -371,7 +488,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as exit_:  # --help, --version, usage errors (2)
         return exit_.code if isinstance(exit_.code, int) else 0
     try:
-        return int(args.run(args))
+        code = int(args.run(args))
+        sys.stdout.flush()  # a closed pipe shows here, not at interpreter exit
+        return code
+    except BrokenPipeError:
+        return _closed_pipe()
     except _UsageError as err:
         print(f"padkit {args.command}: error: {err}", file=sys.stderr)
         return 2

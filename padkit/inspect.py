@@ -694,7 +694,9 @@ def _read_onnx(model: Any) -> Any:
         return model
     if isinstance(model, (bytes, bytearray)):
         return onnx.load_from_string(bytes(model))
-    return onnx.load(str(model))
+    from ._onnxfile import read_onnx_file  # an empty or foreign file is refused, not read as []
+
+    return read_onnx_file(model)
 
 
 # ----------------------------------------------------------------------------- entry points

@@ -27,9 +27,11 @@ memcnn is optional: nothing here imports it.
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import math
 import operator
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import torch
@@ -43,9 +45,11 @@ from .spec import Padding, PaddingError, PaddingLike
 __all__ = [
     "AdditiveCoupling",
     "ChannelPad",
+    "NotInvertibleError",
     "PaddedCoupling",
     "ReversibleSequential",
     "SpatialPad",
+    "Unpad",
 ]
 
 _SIDES = ("end", "start", "both")
@@ -97,6 +101,62 @@ def _check_batched(cls: str, x: Tensor, what: str) -> None:
         raise TypeError(f"{cls}: {what} must be a Tensor, got {type(x).__name__}")
     if x.dim() < 2:
         raise PaddingError(f"{cls}: {what} must have shape (N, C, ...), got shape {tuple(x.shape)}")
+
+
+class NotInvertibleError(ValueError):
+    """A block of a reversible chain does not rebuild its input from its output."""
+
+
+@contextlib.contextmanager
+def _running_stats_kept(module: nn.Module) -> Iterator[None]:
+    """Run ``module`` again without changing its norm layers' running statistics.
+
+    A reversible chain runs each block once in forward, which updates a train-mode
+    BatchNorm's running statistics exactly as the plain network does, and again in
+    backward (its inverse and a re-run). This puts back what those extra runs change.
+    """
+    saved = [
+        (buf, buf.clone())
+        for m in module.modules()
+        if isinstance(m, nn.modules.batchnorm._NormBase) and m.training
+        for buf in m.buffers(recurse=False)
+    ]
+    try:
+        yield
+    finally:
+        with torch.no_grad():
+            for buf, old in saved:
+                buf.copy_(old)
+
+
+def _is_pad(module: nn.Module) -> bool:
+    """True for padkit's stateless padding modules and PaddedCouplings made only of them."""
+    if isinstance(module, (ChannelPad, SpatialPad)):
+        return True
+    return isinstance(module, PaddedCoupling) and _is_pad(module.pad) and _is_pad(module.coupling)
+
+
+def _pad_constants(pad: nn.Module, padded: Tensor) -> tuple[Tensor, Tensor] | None:
+    """Where ``pad``'s outputs of ``padded``'s shape hold constants, and those constants.
+
+    ``pad`` is run on a NaN-filled input: the positions that come out as numbers are the
+    ones the pad fills with a constant (zero channels, constant-mode borders), whatever
+    its input; reflect, replicate and circular borders copy the input and stay NaN.
+    None when there are none, or when ``pad`` is not one of padkit's padding modules.
+    """
+    if not padded.is_floating_point() or not _is_pad(pad):
+        return None
+    meta = torch.empty(padded.shape, dtype=padded.dtype, device="meta")
+    shape = pad.inverse(meta).shape  # type: ignore[operator]
+    probe: Tensor = pad(torch.full(shape, math.nan, dtype=padded.dtype, device=padded.device))
+    known = ~torch.isnan(probe)
+    if not bool(known.any()):
+        return None
+    return known, probe
+
+
+def _inverse_tolerance(dtype: torch.dtype) -> float:
+    return math.sqrt(torch.finfo(dtype).eps) if dtype.is_floating_point else 0.0
 
 
 # ----------------------------------------------------------------------------- padding
@@ -357,17 +417,47 @@ class AdditiveCoupling(nn.Module):
         a, b = torch.chunk(t, 2, dim=self.split_dim)
         return a.contiguous(), b.contiguous()
 
+    def _run(self, name: str, half: Tensor) -> Tensor:
+        """``Fm(half)`` or ``Gm(half)``, which must keep the half's shape."""
+        out = getattr(self, name)(half)
+        if not isinstance(out, Tensor) or out.shape != half.shape:
+            got = f"shape {tuple(out.shape)}" if isinstance(out, Tensor) else type(out).__name__
+            raise PaddingError(
+                f"{type(self).__name__}: {name} returned {got} for a half of shape "
+                f"{tuple(half.shape)}; Fm and Gm must return a tensor of the shape they are "
+                "given (stride 1 and 'same' padding, e.g. padkit.nn.Conv2d(c, c, k, "
+                "padding='same'))"
+            )
+        return out
+
     def forward(self, input: Tensor) -> Tensor:
         x1, x2 = self._halves(input, "input")
-        y1 = x1 + self.Fm(x2)
-        y2 = x2 + self.Gm(y1)
+        y1 = x1 + self._run("Fm", x2)
+        y2 = x2 + self._run("Gm", y1)
         return torch.cat([y1, y2], dim=self.split_dim)
 
     def inverse(self, output: Tensor) -> Tensor:
         """Recover the input from the output."""
+        return self._inverse(output, None)
+
+    def _inverse(self, output: Tensor, known: tuple[Tensor, Tensor] | None) -> Tensor:
+        """The inverse, for an input known to hold ``value`` where ``mask`` is set.
+
+        ``known = (mask, value)`` (shaped like the input) comes from a padding module
+        that fed this coupling. The recovered ``x2`` is set to those values before it goes
+        through ``Fm``: the rounding left in ``y2 - Gm(y1)`` is tiny, but ``Fm`` may
+        magnify it without bound where its input is constant (a train-mode BatchNorm
+        over an all-padding half divides it by ``sqrt(eps)``).
+        """
         y1, y2 = self._halves(output, "output")
-        x2 = y2 - self.Gm(y1)
-        x1 = y1 - self.Fm(x2)
+        x2 = y2 - self._run("Gm", y1)
+        if known is not None:
+            mask1, mask2 = torch.chunk(known[0], 2, dim=self.split_dim)
+            value1, value2 = torch.chunk(known[1], 2, dim=self.split_dim)
+            x2 = torch.where(mask2, value2, x2)
+        x1 = y1 - self._run("Fm", x2)
+        if known is not None:
+            x1 = torch.where(mask1, value1, x1)
         return torch.cat([x1, x2], dim=self.split_dim)
 
 
@@ -412,34 +502,148 @@ class PaddedCoupling(nn.Module):
 
     def inverse(self, output: Tensor) -> Tensor:
         """Invert the coupling, then crop the padding off."""
-        inner: Tensor = self.coupling.inverse(output)  # type: ignore[operator]
+        inner = _coupling_inverse(self.coupling, output, self.pad)
         out: Tensor = self.pad.inverse(inner)  # type: ignore[operator]
+        return out
+
+
+def _as_additive(coupling: nn.Module) -> AdditiveCoupling | None:
+    """padkit's AdditiveCoupling, or a view of memcnn's (same arithmetic), else None."""
+    if isinstance(coupling, AdditiveCoupling):
+        return coupling
+    kind = type(coupling)
+    if (
+        kind.__name__ == "AdditiveCoupling"
+        and kind.__module__.split(".")[0] == "memcnn"
+        and getattr(coupling, "implementation_bwd", None) == -1
+        and isinstance(getattr(coupling, "Fm", None), nn.Module)
+        and isinstance(getattr(coupling, "Gm", None), nn.Module)
+        and isinstance(getattr(coupling, "split_dim", None), int)
+    ):
+        fm: nn.Module = coupling.Fm  # type: ignore[assignment]
+        gm: nn.Module = coupling.Gm  # type: ignore[assignment]
+        return AdditiveCoupling(fm, gm, coupling.split_dim)  # type: ignore[arg-type]
+    return None
+
+
+def _coupling_inverse(coupling: nn.Module, output: Tensor, before: nn.Module | None) -> Tensor:
+    """``coupling.inverse(output)``, told which input values the padding ``before`` fixes.
+
+    That is done for padkit's :class:`AdditiveCoupling` and memcnn's (whose inverse has
+    the same arithmetic) when ``before`` is one of padkit's padding modules.
+    """
+    if before is not None:
+        additive = _as_additive(coupling)
+        known = _pad_constants(before, output) if additive is not None else None
+        if additive is not None and known is not None:
+            return additive._inverse(output, known)
+    out: Tensor = coupling.inverse(output)  # type: ignore[operator]
+    return out
+
+
+class Unpad(nn.Module):
+    """Crop off what a padding module added: ``Unpad(pad)(y)`` is ``pad.inverse(y)``.
+
+    A crop discards data, so it cannot be a block of a reversible chain (its input
+    could not be rebuilt in backward): :class:`ReversibleSequential` refuses it. Put it
+    *after* the chain, where it costs nothing, since a crop saves no tensor for
+    backward. ``pad`` is a :class:`ChannelPad`, a :class:`SpatialPad` or any module with
+    an ``inverse`` method.
+
+    Shape:
+        - Input: what ``pad`` returns, e.g. ``(N, out_channels, *)`` for :class:`ChannelPad`
+        - Output: what ``pad`` takes, e.g. ``(N, in_channels, *)``
+
+    Example:
+        >>> pad = ChannelPad(3, 8)
+        >>> net = torch.nn.Sequential(
+        ...     ReversibleSequential(pad, AdditiveCoupling(torch.nn.Conv2d(4, 4, 3, padding=1))),
+        ...     Unpad(pad),   # back to 3 channels, outside the chain
+        ... )
+        >>> net(torch.randn(2, 3, 5, 5)).shape
+        torch.Size([2, 3, 5, 5])
+    """
+
+    def __init__(self, pad: nn.Module) -> None:
+        super().__init__()
+        self.pad = _check_invertible(type(self).__name__, "pad", pad)
+
+    def forward(self, input: Tensor) -> Tensor:
+        out: Tensor = self.pad.inverse(input)  # type: ignore[operator]
         return out
 
 
 # ----------------------------------------------------------------------------- the chain
 
 
+def _block_inverse(blocks: Sequence[nn.Module], i: int, y: Tensor) -> Tensor:
+    """The input of ``blocks[i]`` rebuilt from its output ``y``.
+
+    An :class:`AdditiveCoupling` that follows a padding block is told which of its
+    input values that padding fixes (see :meth:`AdditiveCoupling._inverse`).
+    """
+    return _coupling_inverse(blocks[i], y, blocks[i - 1] if i > 0 else None)
+
+
+def _check_block_inverse(blocks: Sequence[nn.Module], i: int, x: Tensor, y: Tensor) -> None:
+    """Raise :class:`NotInvertibleError` unless ``blocks[i]`` rebuilds ``x`` from ``y``."""
+    block = blocks[i]
+    with torch.no_grad(), _running_stats_kept(block):
+        back = _block_inverse(blocks, i, y)
+    what = f"ReversibleSequential: blocks[{i}] ({type(block).__name__})"
+    advice = (
+        "A block that discards data (a crop, an unpad, a strided op) cannot be rebuilt in "
+        "backward and gives wrong gradients; end the chain before it and apply it after "
+        "the chain (e.g. nn.Sequential(ReversibleSequential(...), padkit.reversible.Unpad(pad))"
+        "), where it costs no memory"
+    )
+    if not isinstance(back, Tensor) or back.shape != x.shape:
+        got = f"shape {tuple(back.shape)}" if isinstance(back, Tensor) else type(back).__name__
+        raise NotInvertibleError(
+            f"{what}: inverse(forward(x)) has {got} for an input x of shape "
+            f"{tuple(x.shape)}. {advice}"
+        )
+    if x.numel() == 0:
+        return
+    err = float((back.double() - x.double()).abs().max())
+    scale = max(1.0, float(x.abs().max()))
+    tol = _inverse_tolerance(x.dtype) * scale
+    if not err <= tol:
+        raise NotInvertibleError(
+            f"{what}: inverse(forward(x)) differs from x by up to {err:.3g} (allowed "
+            f"{tol:.3g} in {x.dtype}, for |x| up to {scale:.3g}). {advice}"
+        )
+
+
 class _ReversibleChain(torch.autograd.Function):
     """Run invertible blocks without keeping their activations; rebuild them in backward.
 
-    Inputs: ``(blocks, keep_input, x, *params)``. Forward runs the blocks under no_grad
-    and saves only the output (and ``x`` when ``keep_input``). Backward walks the
-    blocks in reverse: it recomputes each block's input with ``block.inverse`` (block 0
-    uses the saved input when there is one), re-runs the block with grad on, and
-    back-propagates through that one block.
+    Inputs: ``(blocks, keep_input, check, x, *params)``. Forward runs the blocks under
+    no_grad and saves only the output (and ``x`` when ``keep_input``); with ``check`` it
+    also verifies each block's inverse. Backward walks the blocks in reverse: it
+    recomputes each block's input with its inverse (block 0 uses the saved input when
+    there is one), re-runs the block with grad on, and back-propagates through that one
+    block. The norm layers' running statistics are put back after each backward
+    re-run, so they change once per step, in forward, as in the plain network.
     """
 
     @staticmethod
     def forward(
-        ctx: Any, blocks: tuple[nn.Module, ...], keep_input: bool, x: Tensor, *params: Tensor
+        ctx: Any,
+        blocks: tuple[nn.Module, ...],
+        keep_input: bool,
+        check: bool,
+        x: Tensor,
+        *params: Tensor,
     ) -> Tensor:
         ctx.blocks = blocks
         ctx.keep_input = keep_input
         ctx.params = params
         y = x
-        for block in blocks:
-            y = block(y)
+        for i, block in enumerate(blocks):
+            block_input, y = y, block(y)
+            if check:
+                _check_block_inverse(blocks, i, block_input, y)
         if y.untyped_storage().data_ptr() == x.untyped_storage().data_ptr():
             y = y.clone()  # an output that aliases the input would be rebuilt over it
         if keep_input:
@@ -461,19 +665,20 @@ class _ReversibleChain(torch.autograd.Function):
         grad: Tensor | None = grad_output
         for i in range(len(blocks) - 1, -1, -1):
             block = blocks[i]
-            if i == 0 and x0 is not None:
-                x = x0
-            else:
-                with torch.no_grad():
-                    x = block.inverse(y)  # type: ignore[operator]
-            x = x.detach().requires_grad_(i > 0 or bool(ctx.needs_input_grad[2]))
-            own = [p for p in block.parameters() if id(p) in index]
-            with torch.enable_grad():
-                out = block(x)
-            wrt = ([x] if x.requires_grad else []) + own
-            grads: tuple[Tensor | None, ...] = (None,) * len(wrt)
-            if wrt and out.requires_grad:
-                grads = torch.autograd.grad(out, wrt, grad, allow_unused=True)
+            with _running_stats_kept(block):
+                if i == 0 and x0 is not None:
+                    x = x0
+                else:
+                    with torch.no_grad():
+                        x = _block_inverse(blocks, i, y)
+                x = x.detach().requires_grad_(i > 0 or bool(ctx.needs_input_grad[3]))
+                own = [p for p in block.parameters() if id(p) in index]
+                with torch.enable_grad():
+                    out = block(x)
+                wrt = ([x] if x.requires_grad else []) + own
+                grads: tuple[Tensor | None, ...] = (None,) * len(wrt)
+                if wrt and out.requires_grad:
+                    grads = torch.autograd.grad(out, wrt, grad, allow_unused=True)
             if x.requires_grad:
                 grad, grads = grads[0], grads[1:]
             else:
@@ -485,7 +690,7 @@ class _ReversibleChain(torch.autograd.Function):
                     param_grads[j] = g if prev is None else prev + g
             y = x.detach()
             del out
-        return (None, None, grad, *param_grads)
+        return (None, None, None, grad, *param_grads)
 
 
 class ReversibleSequential(nn.Module):
@@ -498,18 +703,30 @@ class ReversibleSequential(nn.Module):
     ``keep_input=True`` (the default), its input; every other activation is rebuilt in
     backward from the output with the blocks' inverses. The memory for activations thus
     does not grow with the number of blocks, and the gradients equal those of running
-    the blocks as a plain ``nn.Sequential`` (up to the rounding of the inverses).
+    the blocks as a plain ``nn.Sequential`` up to the rounding of the inverses (which
+    grows with depth in float32; see docs/reversible.md).
 
     ``keep_input=True`` keeps a reference to the tensor you pass in (which you usually
     hold anyway) so that the first block is recomputed from the exact input; with a
     :class:`PaddedCoupling` first, that is the small unpadded tensor. ``keep_input=False``
     rebuilds the input too and keeps only the output. Either way the chain never frees
     or writes into your tensors (memcnn's ``keep_input=False`` frees the input's storage
-    in place).
+    in place). When a padding block (or the padding inside a :class:`PaddedCoupling`)
+    feeds a padkit :class:`AdditiveCoupling`, the coupling's inverse sets the padded
+    values to what the padding put there, so ``keep_input=False`` is as exact as
+    ``keep_input=True`` even when a half holds only padding.
 
-    Blocks must be deterministic (no dropout) and are run twice per training step (once
-    in forward, once in backward), so a train-mode BatchNorm inside them updates its
-    running statistics twice. Double backward is not supported.
+    Blocks must be deterministic (no dropout). They run once in forward and once more
+    in backward (plus an inverse); a train-mode BatchNorm's running statistics are put
+    back after the backward runs, so they are updated once per step, as in the plain
+    network. Double backward is not supported.
+
+    A block whose ``inverse`` does not rebuild its input (a crop) gives wrong gradients
+    silently. ``check_inverse=True`` checks every block in every forward that records
+    grad (one extra inverse per block) and raises :class:`NotInvertibleError` naming the
+    first block whose ``inverse(forward(x))`` is not ``x`` to within ``sqrt(eps)`` of the
+    dtype; use it while building a network. To end a chain with a crop, crop after it
+    with :class:`Unpad`.
 
     Shape:
         - Input: what the first block takes, e.g. ``(N, C_in, *)``
@@ -534,15 +751,24 @@ class ReversibleSequential(nn.Module):
         True
     """
 
-    def __init__(self, *blocks: nn.Module, keep_input: bool = True) -> None:
+    def __init__(
+        self, *blocks: nn.Module, keep_input: bool = True, check_inverse: bool = False
+    ) -> None:
         super().__init__()
         cls = type(self).__name__
         if not blocks:
             raise TypeError(f"{cls}: needs at least one block, got none")
         for i, block in enumerate(blocks):
+            if isinstance(block, Unpad):
+                raise TypeError(
+                    f"{cls}: blocks[{i}] is an Unpad, which discards data and cannot be "
+                    "rebuilt in backward; end the chain before it and crop after the chain: "
+                    "nn.Sequential(ReversibleSequential(...), Unpad(pad))"
+                )
             _check_invertible(cls, f"blocks[{i}]", block)
         self.blocks = nn.ModuleList(blocks)
         self.keep_input = _bool_arg(cls, "keep_input", keep_input)
+        self.check_inverse = _bool_arg(cls, "check_inverse", check_inverse)
 
     def __len__(self) -> int:
         return len(self.blocks)
@@ -558,15 +784,19 @@ class ReversibleSequential(nn.Module):
             for block in self.blocks:
                 y = block(y)
             return y
-        out: Tensor = _ReversibleChain.apply(tuple(self.blocks), self.keep_input, input, *params)
+        out: Tensor = _ReversibleChain.apply(
+            tuple(self.blocks), self.keep_input, self.check_inverse, input, *params
+        )
         return out
 
     def inverse(self, output: Tensor) -> Tensor:
         """Run the blocks' inverses in reverse order (plain autograd, no memory saving)."""
+        blocks = list(self.blocks)
         x = output
-        for block in reversed(self.blocks):
-            x = block.inverse(x)  # type: ignore[operator]
+        for i in range(len(blocks) - 1, -1, -1):
+            x = _block_inverse(blocks, i, x)
         return x
 
     def extra_repr(self) -> str:
-        return f"keep_input={self.keep_input}"
+        text = f"keep_input={self.keep_input}"
+        return text + (", check_inverse=True" if self.check_inverse else "")

@@ -9,6 +9,8 @@ from __future__ import annotations
 import importlib.metadata
 import importlib.util
 import json
+import os
+import re
 import shutil
 import subprocess
 import sys
@@ -16,17 +18,20 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import onnx
+import onnxruntime as ort
 import pytest
 import torch
 import torch.nn.functional as F
+from onnx import TensorProto, helper, numpy_helper
 from torch import nn
 
 import padkit.nn as pnn
+from padkit import onnx as padkit_onnx
+from padkit._onnxfile import OnnxFileError
 from padkit.cli import main
-
-onnx = pytest.importorskip("onnx")
-ort = pytest.importorskip("onnxruntime")
-from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+from padkit.inspect import inspect_model
+from padkit.onnx import supported_ops
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -432,6 +437,226 @@ def test_inspect_torchvision_factory(capsys: pytest.CaptureFixture[str]) -> None
     assert (
         first.startswith("conv1 ") and "(3,3) (3,3)" in first and "Conv(pads=[3, 3, 3, 3])" in first
     )
+
+
+# ------------------------------------------------------------- files that are not models
+
+
+def _conv_model_bytes() -> bytes:
+    node = helper.make_node("Conv", ["x", "w"], ["y"], name="conv", pads=[1, 1, 1, 1])
+    model = _single(node, [1, 2, 8, 8], [numpy_helper.from_array(_W, "w")])
+    data: bytes = model.SerializeToString()
+    return data
+
+
+def _no_graph_bytes() -> bytes:
+    model = onnx.ModelProto()
+    model.ir_version = 8
+    model.opset_import.add(domain="", version=13)
+    model.producer_name = "a converter that wrote no graph"
+    data: bytes = model.SerializeToString()
+    return data
+
+
+_BAD_FILES: dict[str, tuple[Any, str]] = {
+    "empty": (lambda: b"", r"the file is empty \(0 bytes\), not an ONNX model"),
+    "no_graph": (_no_graph_bytes, r"holds no ONNX graph"),
+    # a cut inside the initializer's raw data
+    "truncated": (
+        lambda: _conv_model_bytes()[:150],
+        r"does not parse as an ONNX model \(150 bytes",
+    ),
+    "text": (
+        lambda: b"input: 1x3x224x224\nsee the README for the weights\n",
+        r"is a text file \(it starts 'input: 1x3x224x224'\), not an ONNX model",
+    ),
+}
+
+
+@pytest.mark.parametrize("command", ["inspect", "verify"])
+@pytest.mark.parametrize("kind", list(_BAD_FILES))
+def test_files_that_are_not_onnx_models_exit_1_with_one_line(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, kind: str, command: str
+) -> None:
+    make, reason = _BAD_FILES[kind]
+    path = tmp_path / f"{kind}.onnx"
+    path.write_bytes(make())
+    try:  # the reference: onnx itself gets no graph out of the file
+        assert not onnx.load(str(path)).HasField("graph")
+    except Exception as err:  # it refused the file, with protobuf's wording
+        assert type(err).__name__ == "DecodeError"
+    code, out, err = run(capsys, command, str(path), *(["-q"] if command == "verify" else []))
+    assert code == 1 and out == ""
+    assert len(err.splitlines()) == 1
+    assert re.match(
+        rf"padkit {command}: error: OnnxFileError: {re.escape(str(path))}: {reason}", err
+    )
+    with pytest.raises(OnnxFileError, match=reason):
+        inspect_model(str(path))
+
+
+def test_a_truncated_model_is_really_truncated() -> None:
+    # the reference for the case above: the same bytes whole load and have a graph
+    whole = onnx.load_from_string(_conv_model_bytes())
+    assert whole.HasField("graph") and len(whole.graph.initializer) == 1
+
+
+# ----------------------------------------------------------------------------- --input-shape
+
+
+def conv_net() -> nn.Module:
+    """A factory for ``padkit inspect test_cli:conv_net`` (3 -> 5 channels, 2d)."""
+    return nn.Sequential(nn.Linear(8, 8), nn.Conv2d(3, 5, 3), nn.MaxPool2d(2))
+
+
+def test_input_shape_of_the_wrong_rank_names_the_option_and_the_rank(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    # the reference: torch's own refusal, which named neither the option nor the rank
+    with pytest.raises(RuntimeError):
+        conv_net()[1](torch.zeros(1, 3))
+    code, out, err = run(capsys, "inspect", "test_cli:conv_net", "--input-shape", "1,3")
+    assert code == 2 and out == ""
+    assert err == (
+        "padkit inspect: error: --input-shape 1,3 has 2 dim(s), but the model's first conv/pool "
+        "layer '1' (Conv2d) takes 4-dim input (N, C, H, W)\n"
+    )
+    code, _, err = run(capsys, "inspect", "test_cli:conv_net", "--input-shape", "1,4,8,8")
+    assert code == 2
+    assert err.startswith("padkit inspect: error: --input-shape 1,4,8,8: the model's forward")
+    assert "expected input[1, 4, 8, 8] to have 3 channels" in err
+    path = tmp_path / "conv.onnx"
+    path.write_bytes(_conv_model_bytes())
+    code, _, err = run(capsys, "inspect", str(path), "--input-shape", "1,2,8")
+    assert code == 2
+    assert err == (
+        "padkit inspect: error: --input-shape 1,2,8 has 3 dim(s), but the model's first input "
+        "'x' has rank 4 (1x2x8x8)\n"
+    )
+    code, out, _ = run(capsys, "inspect", "test_cli:conv_net", "--input-shape", "1,3,8,8")
+    assert code == 0 and "6x6" in out  # the right rank still works (8 - 3 + 1 = 6)
+
+
+# ----------------------------------------------------------------------------- unsupported ops
+
+
+def _unsupported_op() -> str:
+    """An ai.onnx op padkit.onnx.load has no converter for (LSTM unless one was added)."""
+    return next(op for op in ("LSTM", "GRU", "RNN", "TfIdfVectorizer") if op not in supported_ops())
+
+
+def _model_with(op: str, conv: bool) -> Any:
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 1, 2])
+    w = numpy_helper.from_array(np.ones((1, 4 * 5, 2), np.float32), "W")
+    r = numpy_helper.from_array(np.ones((1, 4 * 5, 5), np.float32), "R")
+    nodes = [helper.make_node(op, ["x", "W", "R"], ["h"], name="rnn", hidden_size=5)]
+    outputs = [helper.make_tensor_value_info("h", TensorProto.FLOAT, None)]
+    inits = [w, r]
+    if conv:
+        image = helper.make_tensor_value_info("img", TensorProto.FLOAT, [1, 2, 8, 8])
+        nodes.append(helper.make_node("Conv", ["img", "w"], ["c"], name="conv", pads=[0, 1, 0, 1]))
+        outputs.append(helper.make_tensor_value_info("c", TensorProto.FLOAT, None))
+        inits.append(numpy_helper.from_array(_W, "w"))
+    inputs = [x, image] if conv else [x]
+    graph = helper.make_graph(nodes, "g", inputs, outputs, initializer=inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14)])
+    model.ir_version = 8
+    return model
+
+
+@pytest.mark.parametrize("conv", [False, True])
+def test_inspect_says_which_ops_padkit_cannot_import(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, conv: bool
+) -> None:
+    op = _unsupported_op()
+    path = tmp_path / "rnn.onnx"
+    onnx.save(_model_with(op, conv), str(path))
+    with pytest.raises(padkit_onnx.UnsupportedOnnxError):  # the importer's own verdict
+        padkit_onnx.load(str(path))
+    code, out, err = run(capsys, "inspect", str(path))
+    assert code == 1
+    assert err == (
+        f"padkit inspect: error: {path}: padkit.onnx.load cannot import 1 node(s): "
+        f"{op} (opset 14) x1\n"
+    )
+    if conv:  # the table is still printed
+        assert out.splitlines()[1].startswith("conv ") and "(0,0) (1,1)" in out
+    else:
+        assert out == "no conv or pool layers found\n"
+    code, out, _ = run(capsys, "inspect", str(path), "--json")
+    payload = json.loads(out)
+    assert code == 1 and payload["imports"] is False
+    assert payload["unsupported_ops"] == [{"op": op, "opset": 14, "count": 1, "reason": ""}]
+
+
+def test_inspect_of_an_importable_model_says_so(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    path = tmp_path / "conv.onnx"
+    path.write_bytes(_conv_model_bytes())
+    padkit_onnx.load(str(path))  # the reference: the importer takes it
+    code, out, err = run(capsys, "inspect", str(path), "--json")
+    assert code == 0 and err == ""
+    payload = json.loads(out)
+    assert payload["imports"] is True and payload["unsupported_ops"] == []
+
+
+# ----------------------------------------------------------------------------- processes
+
+
+def _python(code: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """Run python with this checkout's padkit, from a scratch directory."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.run(
+        [sys.executable, "-c", code, *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+        cwd=ROOT,
+    )
+
+
+def test_verify_checks_the_file_before_loading_torch(tmp_path: Path) -> None:
+    empty = tmp_path / "empty.onnx"
+    empty.write_bytes(b"")
+    no_graph = tmp_path / "no_graph.onnx"
+    no_graph.write_bytes(_no_graph_bytes())
+    probe = (
+        "import sys\n"
+        "from padkit.cli import main\n"
+        "code = main(['verify', sys.argv[1]])\n"
+        "heavy = [m for m in ('torch', 'onnxruntime', 'onnx') if m in sys.modules]\n"
+        "print(code, *heavy)\n"
+    )
+    for path, loaded, reason in [
+        (str(tmp_path / "missing.onnx"), "", "FileNotFoundError: no such ONNX file"),
+        (str(empty), "", "OnnxFileError"),
+        (str(no_graph), " onnx", "OnnxFileError"),  # parsing needs onnx, nothing heavier
+    ]:
+        done = _python(probe, path)
+        assert done.stdout == f"1{loaded}\n", done.stderr
+        assert len(done.stderr.splitlines()) == 1
+        assert done.stderr.startswith(f"padkit verify: error: {reason}")
+
+
+def test_a_closed_pipe_ends_quietly() -> None:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    with subprocess.Popen(
+        [sys.executable, "-m", "padkit", "explain", "-k", "3", "-s", "2", "-n", "400"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+        cwd=ROOT,
+    ) as proc:
+        assert proc.stdout is not None and proc.stderr is not None
+        first = proc.stdout.readline()
+        proc.stdout.close()  # what `| head -1` does; the output is far beyond a pipe's buffer
+        err = proc.stderr.read()
+        code = proc.wait(timeout=120)
+    assert first.startswith(b"kernel 3, stride 2")
+    assert err == b""
+    assert code == 141  # as a Unix tool killed by SIGPIPE (128 + 13)
 
 
 # ----------------------------------------------------------------------------- explain

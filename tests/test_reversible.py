@@ -8,8 +8,10 @@ saved for backward counted with torch.autograd.graph.saved_tensors_hooks.
 
 from __future__ import annotations
 
+import copy
 import importlib
 import itertools
+import math
 import sys
 import warnings
 from collections.abc import Callable, Iterator, Sequence
@@ -27,9 +29,11 @@ from padkit import PaddingError
 from padkit.reversible import (
     AdditiveCoupling,
     ChannelPad,
+    NotInvertibleError,
     PaddedCoupling,
     ReversibleSequential,
     SpatialPad,
+    Unpad,
 )
 
 
@@ -398,6 +402,220 @@ def test_chain_rejects_bad_arguments() -> None:
         ReversibleSequential(ChannelPad(1, 2))((torch.zeros(1, 1),))
 
 
+# ------------------------------------------------------- train-mode BatchNorm, exactness
+
+
+def _bn_half(c: int, dtype: torch.dtype) -> nn.Module:
+    """conv (no bias: BatchNorm removes it) - BatchNorm (train mode) - ReLU."""
+    return nn.Sequential(
+        nn.Conv2d(c, c, 3, padding=1, bias=False), nn.BatchNorm2d(c), nn.ReLU()
+    ).to(dtype)
+
+
+def _bn_chain(side: str, dtype: torch.dtype, layout: str, c: int = 32) -> list[nn.Module]:
+    """4 couplings with conv-BN-ReLU halves after a 3 -> c ChannelPad (inside or before)."""
+    torch.manual_seed(0)
+    blocks: list[nn.Module] = [
+        AdditiveCoupling(_bn_half(c // 2, dtype), _bn_half(c // 2, dtype)) for _ in range(4)
+    ]
+    pad = ChannelPad(3, c, side=side)
+    if layout == "inside":
+        blocks[0] = PaddedCoupling(pad, blocks[0])
+    else:  # the padding as a block of its own
+        blocks.insert(0, pad)
+    return blocks
+
+
+def _relative_errors(
+    got: Sequence[Tensor], want: Sequence[Tensor], eps: float
+) -> list[tuple[float, int]]:
+    """Per tensor: max |got - want| / max |want|, in units of eps (with the tensor's index).
+
+    A tensor that should be all zeros (the weights of an Fm fed only padding) must be.
+    """
+    out = []
+    for i, (a, b) in enumerate(zip(got, want)):
+        diff, scale = float((a - b).abs().max()), float(b.abs().max())
+        out.append((diff / scale / eps if scale else math.inf if diff else 0.0, i))
+    return out
+
+
+@pytest.mark.parametrize("layout", ["inside", "block"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("side", ["end", "both"])
+@pytest.mark.parametrize("keep_input", [True, False])
+def test_chain_with_train_batchnorm_matches_plain_network(
+    keep_input: bool, side: str, dtype: torch.dtype, layout: str
+) -> None:
+    # With side="end" the first coupling's Fm gets a half that is all padding; a
+    # train-mode BatchNorm there divides by sqrt(eps), so the rounding left in a rebuilt
+    # padded half came out ~300x larger and the gradients hundreds of eps off (thousands
+    # to 1e5 eps in float32, at this size). The inverse now knows the padded values.
+    blocks = _bn_chain(side, dtype, layout)
+    rev = ReversibleSequential(*blocks, keep_input=keep_input)
+    plain = nn.Sequential(*blocks)
+    params = list(rev.parameters())
+    x = torch.randn(4, 3, 8, 8, dtype=dtype)
+    grads = []
+    for net in (rev, plain):
+        xi = x.clone().requires_grad_(True)
+        y = net(xi)
+        w = torch.linspace(-1, 1, y.numel(), dtype=dtype).view_as(y)
+        grads.append(torch.autograd.grad((y * w).sum(), [xi, *params]))
+    errors = _relative_errors(grads[0], grads[1], torch.finfo(dtype).eps)
+    worst = max(errors)
+    assert worst[0] < 64, f"tensor {worst[1]} is {worst[0]:.0f} eps off"
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_inverse_rebuilds_an_all_padding_half_exactly(dtype: torch.dtype) -> None:
+    # the mechanism behind the test above, on one block: a rebuilt output a little off
+    # (as the later blocks' inverses leave it) must give back the input a little off,
+    # not ~1/sqrt(eps) times more
+    block = _bn_chain("end", dtype, "inside")[0]
+    x = torch.randn(4, 3, 8, 8, dtype=dtype)
+    with torch.no_grad():
+        y = block(x)
+        noise = 10 * torch.finfo(dtype).eps * torch.randn_like(y)
+        back = block.inverse(y + noise)
+    assert float((back - x).abs().max()) < 100 * torch.finfo(dtype).eps * float(y.abs().max())
+
+
+@pytest.mark.parametrize("keep_input", [True, False])
+def test_batchnorm_running_statistics_updated_once_per_step(keep_input: bool) -> None:
+    blocks = _bn_chain("both", D, "inside", c=8)
+    twin = [copy.deepcopy(b) for b in blocks]
+    rev = ReversibleSequential(*blocks, keep_input=keep_input)
+    plain = nn.Sequential(*twin)
+    x = torch.randn(4, 3, 6, 6, dtype=D)
+    for _ in range(2):  # two training steps
+        for net in (rev, plain):
+            net(x.clone().requires_grad_(True)).square().sum().backward()
+    for (name, a), (_, b) in zip(rev.named_buffers(), plain.named_buffers()):
+        torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-14, msg=name)
+    assert int(rev.blocks[1].Fm[1].num_batches_tracked) == 2
+
+
+# ----------------------------------------------------------------------------- shape errors
+
+
+@pytest.mark.parametrize(
+    ("fm", "gm", "which", "got"),
+    [
+        (nn.Conv2d(4, 4, 3), None, "Fm", r"shape \(2, 4, 4, 4\)"),
+        (nn.Identity(), nn.Conv2d(4, 4, 3, stride=2, padding=1), "Gm", r"shape \(2, 4, 3, 3\)"),
+        (nn.Identity(), nn.Conv2d(4, 6, 1), "Gm", r"shape \(2, 6, 6, 6\)"),
+    ],
+)
+def test_coupling_names_the_function_that_changes_the_shape(
+    fm: nn.Module, gm: nn.Module | None, which: str, got: str
+) -> None:
+    coupling = AdditiveCoupling(fm, gm)
+    x = torch.randn(2, 8, 6, 6)
+    match = rf"^AdditiveCoupling: {which} returned {got} for a half of shape \(2, 4, 6, 6\)"
+    with pytest.raises(PaddingError, match=match + r".*padding='same'"):
+        coupling(x)
+    with pytest.raises(PaddingError, match=r"^AdditiveCoupling: Gm returned"):
+        AdditiveCoupling(nn.Identity(), nn.Conv2d(4, 4, 3)).inverse(x)
+    with pytest.raises(PaddingError, match=r"^AdditiveCoupling: Fm returned shape"):
+        ReversibleSequential(AdditiveCoupling(nn.Conv2d(4, 4, 3)))(x.requires_grad_(True))
+
+
+def test_coupling_names_a_function_that_returns_no_tensor() -> None:
+    class Pair(nn.Module):
+        def forward(self, t: Tensor) -> tuple[Tensor, Tensor]:
+            return t, t
+
+    with pytest.raises(PaddingError, match=r"^AdditiveCoupling: Fm returned tuple for a half"):
+        AdditiveCoupling(Pair())(torch.zeros(1, 2, 3))
+
+
+# ----------------------------------------------------------------------------- inverse check
+
+
+class _CropChannels(nn.Module):
+    """A user-written block that is not invertible: it drops channels; 'inverse' adds zeros."""
+
+    def __init__(self, keep: int) -> None:
+        super().__init__()
+        self.keep = keep
+
+    def forward(self, x: Tensor) -> Tensor:
+        return x[:, : self.keep].contiguous()
+
+    def inverse(self, y: Tensor) -> Tensor:
+        return F.pad(y, [0, 0, 0, 0, 0, 8 - self.keep])
+
+
+class _CropBorder(nn.Module):
+    """Crops a pixel off each border and forgets it: its 'inverse' cannot restore the shape."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        return x[..., 1:-1, 1:-1].contiguous()
+
+    def inverse(self, y: Tensor) -> Tensor:
+        return y.clone()
+
+
+def test_check_inverse_names_a_block_that_loses_data() -> None:
+    chain = _chain(3)
+    blocks = [chain[0], chain[1], _CropChannels(4), AdditiveCoupling(_f(2), _f(2))]
+    x = torch.randn(2, 3, 6, 6, dtype=D)
+    # without the check the chain runs and its gradients are silently wrong
+    got = _grads(ReversibleSequential(*blocks), x, [])[0]
+    want = _grads(nn.Sequential(*blocks), x, [])[0]
+    assert float((got - want).abs().max()) > 0.01 * float(want.abs().max())
+    checked = ReversibleSequential(*blocks, check_inverse=True)
+    match = r"^ReversibleSequential: blocks\[2\] \(_CropChannels\): inverse\(forward\(x\)\) "
+    with pytest.raises(NotInvertibleError, match=match + r"differs from x by up to .*Unpad"):
+        checked(x.requires_grad_(True))
+    with torch.no_grad():  # the check runs where inverses are used: when grad is recorded
+        checked(x)
+    shrink = ReversibleSequential(chain[0], _CropBorder(), check_inverse=True)
+    with pytest.raises(
+        NotInvertibleError,
+        match=r"blocks\[1\] \(_CropBorder\): .* has shape \(2, 8, 4, 4\) for an input x of "
+        r"shape \(2, 8, 6, 6\)",
+    ):
+        shrink(x)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_check_inverse_accepts_invertible_chains(dtype: torch.dtype) -> None:
+    blocks = _bn_chain("end", dtype, "inside", c=8)
+    rev = ReversibleSequential(*blocks, check_inverse=True)
+    plain = nn.Sequential(*[copy.deepcopy(b) for b in blocks])
+    x = torch.randn(4, 3, 6, 6, dtype=dtype)
+    rev(x.clone().requires_grad_(True)).sum().backward()
+    plain(x.clone().requires_grad_(True)).sum().backward()
+    for a, b in zip(rev.buffers(), plain.buffers()):  # the check leaves running stats alone
+        torch.testing.assert_close(a, b)
+    assert "check_inverse=True" in repr(rev)
+    with pytest.raises(TypeError, match=r"check_inverse must be True or False, got str"):
+        ReversibleSequential(*blocks, check_inverse="yes")  # type: ignore[arg-type]
+
+
+def test_unpad_after_the_chain_and_refused_inside() -> None:
+    torch.manual_seed(9)
+    pad = ChannelPad(3, 8, side="both")
+    coupling = AdditiveCoupling(_f(4), _f(4))
+    net = nn.Sequential(ReversibleSequential(PaddedCoupling(pad, coupling)), Unpad(pad))
+    plain = nn.Sequential(pad, coupling)
+    params = list(coupling.parameters())
+    x = torch.randn(2, 3, 5, 5, dtype=D)
+    assert net(x).shape == (2, 3, 5, 5)
+    _assert_same_grads(
+        _grads(net, x, params), _grads(lambda t: plain(t)[:, 2:5].contiguous(), x, params)
+    )
+    # a crop saves nothing for backward: the chain's output is all that is kept
+    saved, _ = _saved_bytes(lambda: net(x.requires_grad_(True)), params)
+    assert saved == x.numel() * 8 + 8 * 25 * 2 * 8
+    with pytest.raises(TypeError, match=r"blocks\[1\] is an Unpad, which discards data"):
+        ReversibleSequential(pad, Unpad(pad))
+    with pytest.raises(TypeError, match=r"^Unpad: pad must be a torch.nn.Module with an inverse"):
+        Unpad(nn.ReLU())
+
+
 # ----------------------------------------------------------------------------- memory
 
 
@@ -530,6 +748,39 @@ def test_memcnn_wrapper_frees_and_rebuilds_a_channel_pad_input() -> None:
     assert x.grad is not None and ref.grad is not None
     torch.testing.assert_close(x.grad, ref.grad, rtol=1e-10, atol=1e-12)
     torch.testing.assert_close(h.detach(), x.detach() * 2, rtol=0, atol=1e-12)
+
+
+@needs_memcnn
+@memcnn_storage
+@pytest.mark.parametrize("chain", ["memcnn", "padkit"])
+def test_memcnn_coupling_after_padding_is_exact_with_train_batchnorm(chain: str) -> None:
+    # memcnn's own RevNet use (keep_input=False everywhere) with the padding inside the
+    # first wrapper: PaddedCoupling's inverse tells memcnn's coupling where the zeros are
+    assert memcnn is not None
+    ours = _bn_chain("end", torch.float32, "inside")
+    pad = ours[0].pad
+    couplings = [ours[0].coupling, *ours[1:]]
+    mem = [memcnn.AdditiveCoupling(c.Fm, c.Gm) for c in couplings]
+    first = PaddedCoupling(pad, mem[0])
+    if chain == "memcnn":
+        wrapped = nn.Sequential(
+            *[memcnn.InvertibleModuleWrapper(m, keep_input=False) for m in [first, *mem[1:]]]
+        )
+
+        def run(t: Tensor) -> Tensor:
+            out: Tensor = wrapped(t * 1)  # memcnn frees its input: give it a copy
+            return out
+    else:
+        run = ReversibleSequential(first, *mem[1:], keep_input=False)
+    plain = nn.Sequential(first, *mem[1:])
+    params = list(plain.parameters())
+    x = torch.randn(4, 3, 8, 8)
+    got, want = _grads(run, x, params), _grads(plain, x, params)
+    errors = _relative_errors(
+        [got[0], *got[1]], [want[0], *want[1]], torch.finfo(torch.float32).eps
+    )
+    worst = max(errors)
+    assert worst[0] < 64, f"tensor {worst[1]} is {worst[0]:.0f} eps off"
 
 
 @needs_memcnn
