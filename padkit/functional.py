@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import math
+import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -316,6 +317,14 @@ def _apply_pad(x: Tensor, pairs: Pairs, mode: str, value: float, fname: str) -> 
     return out.reshape((*lead, *out.shape[2:]))
 
 
+# ----------------------------------------------------------------------------- native backend
+
+#: Set by :func:`padkit.native.enable`: a hook that runs ops with per-side pads in one
+#: oneDNN primitive where that measured faster, returning None to decline. None (the
+#: default) runs the pure-torch plans below unchanged.
+_native: Any = None
+
+
 # ----------------------------------------------------------------------------- convolution
 
 
@@ -427,6 +436,10 @@ def run_conv_plan(
     ``extend`` builds the zero-extended kernel of a ``zero_extend`` plan (the layers pass
     one that caches it for frozen weights); by default the weight is padded on each call.
     """
+    if _native is not None and plan.strategy != "native":
+        res: Tensor | None = _native.conv(plan.strategy, x, weight, bias, s, d, plan.pads, groups)
+        if res is not None:
+            return res
     if plan.strategy == "zero_extend":
         weight = (
             extend(weight) if extend is not None else F.pad(weight, _torch_pad(plan.kernel_ext))
@@ -678,6 +691,11 @@ def _conv_transpose_crops(
         native_p.append(p)
         native_op.append(o)
         slices.append((lo - p, max(end - p, 0)))
+    if _native is not None:
+        ends = tuple((lo, hi - o) for (lo, hi), o in zip(crops, op))
+        res: Tensor | None = _native.conv_transpose(x, weight, bias, s, d, ends, groups)
+        if res is not None:
+            return res
     out = _CONV_T[nd](x, weight, bias, s, tuple(native_p), tuple(native_op), groups, d)
     for i, (a, b) in enumerate(slices):
         if a or b:
@@ -1038,6 +1056,10 @@ def _max_pool(
         cache=not _compiling(),
         symbolic=_symbolic(sizes),
     )
+    if _native is not None and not return_indices and plan.strategy != "native":
+        got: Tensor | None = _native.pool("max", plan.strategy, x, k, s, d, pairs, outs)
+        if got is not None:
+            return got.squeeze(0) if unbatched else got
     if plan.strategy != "explicit":
         res = pool(
             _to2d(x, nd),
@@ -1226,6 +1248,11 @@ def _avg_pool(
         cache=not _compiling(),
         symbolic=_symbolic(sizes),
     )
+    if _native is not None and divisor_override is None and plan.strategy != "native":
+        kind = "avg_include" if count_include_pad else "avg_exclude"
+        got_avg: Tensor | None = _native.pool(kind, plan.strategy, x, k, s, d, pairs, outs)
+        if got_avg is not None:
+            return got_avg.squeeze(0) if unbatched else got_avg
     if plan.strategy == "zero_extend":
         weight = mean_kernel(x, k, plan.kernel_ext, divisor_override)
         out = _CONV[nd](x, weight, None, s, plan.native_padding, 1, x.shape[1])
@@ -1485,3 +1512,11 @@ def lp_pool3d(
     return _lp_pool(
         "lp_pool3d", 3, input, norm_type, kernel_size, stride, ceil_mode, padding, dilation
     )
+
+
+# ----------------------------------------------------------------------------- native backend
+
+if os.environ.get("PADKIT_NATIVE") == "1":
+    from . import native as _native_pkg
+
+    _native_pkg.enable()
