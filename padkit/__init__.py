@@ -60,6 +60,7 @@ _SUBMODULES = (
     "onnx",
     "explain",
     "inspect",
+    "native",
 )
 
 

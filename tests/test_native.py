@@ -452,6 +452,7 @@ def test_planner_keeps_torch_where_the_backend_loses() -> None:
     w = torch.randn(64, 64, 3)
     # causal dilated convs: oneDNN leaves its direct kernel for pads like (8, 0)
     assert not _policy.conv("residual_pad", x, w, 1, ((8, 0),), (4,))
+    assert not _policy.conv("residual_pad", x, w, 1, ((2, 0),), (1,))
     dense = torch.randn(128, 128, 3, 3)
     x2 = torch.randn(1, 128, 56, 56)
     assert _policy.conv("residual_pad", x2, dense, 1, ((0, 1), (0, 1)), (1, 1))

@@ -4,8 +4,9 @@
 * Convs whose torch plan copies the input (``residual_pad``, ``explicit``: dense stride-2
   convs, stems), computes surplus outputs (``crop``) or extra taps (``zero_extend``:
   depthwise stride-2 convs), in both layouts.
-* Not dilated convs (causal TCN convs): with per-side pads such as ``(8, 0)`` oneDNN
-  leaves its direct kernel, and ``F.pad`` plus torch's conv measured faster.
+* Not 1-D or dilated convs (causal TCN convs): with per-side pads such as ``(8, 0)``
+  oneDNN leaves its direct kernel, the 1-D layout costs a reorder in and out, and
+  ``F.pad`` plus torch's conv measured faster (it runs a faster kernel unpadded).
 * Transposed convs with asymmetric crops (torch computes the full output and padkit
   slices it).
 * Max and average pools with asymmetric pads: oneDNN's pooling kernels beat torch's (by
@@ -23,7 +24,7 @@ Pairs = tuple[tuple[int, int], ...]
 
 
 def conv(strategy: str, x: Tensor, w: Tensor, groups: int, pads: Pairs, d: Sequence[int]) -> bool:
-    if any(dd > 1 for dd in d):
+    if x.dim() == 3 or any(dd > 1 for dd in d):
         return False
     return strategy in ("residual_pad", "explicit", "crop", "zero_extend")
 
