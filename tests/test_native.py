@@ -358,6 +358,12 @@ def test_reordered_weights_follow_in_place_updates() -> None:
             conv.weight.data = torch.randn(16, 16, 3, 3)  # new storage
             third = conv(x)
         _close(third, F.conv2d(F.pad(x, [0, 1, 0, 1]), conv.weight, None, 2))
+        # a write through .data bypasses the version counter: clear_cache() after it
+        conv.weight.data.copy_(torch.randn(16, 16, 3, 3))
+        native.clear_cache()
+        with torch.no_grad():
+            fourth = conv(x)
+        _close(fourth, F.conv2d(F.pad(x, [0, 1, 0, 1]), conv.weight, None, 2))
     finally:
         _dispatch.HOOK.force = False
         native.disable()

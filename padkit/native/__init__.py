@@ -31,6 +31,7 @@ __all__ = [
     "BuildError",
     "NativeError",
     "available",
+    "clear_cache",
     "disable",
     "enable",
     "enabled",
@@ -96,6 +97,18 @@ def enabled() -> bool:
     from .. import functional
 
     return functional._native is not None
+
+
+def clear_cache() -> None:
+    """Drop the library's cached primitives and reordered weights.
+
+    Reordered weights are reused while the weight tensor, its data pointer and its version
+    counter are unchanged; a write through ``weight.data`` bypasses the version counter,
+    so call this after one.
+    """
+    lib: _build.Library | None = _state["lib"]
+    if lib is not None:
+        lib.lib.padkit_clear_cache()
 
 
 def info() -> dict[str, Any]:

@@ -270,7 +270,7 @@ def conv(
 
     Example:
         >>> import padkit.native as native
-        >>> if native.enable(required=False):
+        >>> if native.available():  # loads the library; padkit's routing stays as it was
         ...     x, w = torch.randn(1, 2, 5, 5), torch.randn(3, 2, 3, 3)
         ...     y = conv(x, w, None, (2, 2), (1, 1), ((0, 1), (0, 1)), 1)
         ...     ref = torch.nn.functional.conv2d(torch.nn.functional.pad(x, (0, 1, 0, 1)), w,
