@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import ctypes
 import os
+import platform
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -32,6 +33,13 @@ PCONV = {1: PF.conv1d, 2: PF.conv2d, 3: PF.conv3d}
 PCONV_T = {1: PF.conv_transpose1d, 2: PF.conv_transpose2d, 3: PF.conv_transpose3d}
 CL = {4: torch.channels_last, 5: torch.channels_last_3d}
 ROOT = Path(__file__).resolve().parent.parent
+
+#: the native extra's oneDNN wheels exist for Linux x86-64 only; elsewhere the extra
+#: installs nothing and only the tests of padkit without the backend apply
+requires_backend = pytest.mark.skipif(
+    not (sys.platform.startswith("linux") and platform.machine() in ("x86_64", "AMD64")),
+    reason="the oneDNN wheels of padkit[native] are built for Linux x86-64 only",
+)
 
 
 def torch_pad(pairs: Pairs) -> list[int]:
@@ -108,6 +116,7 @@ CONV_CASES = [
 ]
 
 
+@requires_backend
 @pytest.mark.parametrize("cl", [False, True], ids=["nchw", "cl"])
 @pytest.mark.parametrize(
     ("nd", "k", "s", "d", "pairs", "groups", "cin", "cout"),
@@ -145,6 +154,7 @@ def test_conv_forward_and_backward_match_the_reference(
     assert not _dispatch.HOOK.fallbacks
 
 
+@requires_backend
 @pytest.mark.parametrize("cl", [False, True], ids=["nchw", "cl"])
 def test_conv_without_grad_and_bias(backend: str, cl: bool) -> None:
     torch.manual_seed(0)
@@ -169,6 +179,7 @@ TRANSPOSE_CASES = [
 ]
 
 
+@requires_backend
 @pytest.mark.parametrize("cl", [False, True], ids=["nchw", "cl"])
 @pytest.mark.parametrize(
     ("nd", "k", "s", "d", "padding", "op", "groups"),
@@ -240,6 +251,7 @@ def _pool_reference(
     return total / F.avg_pool2d(ones, k, s, divisor_override=1)
 
 
+@requires_backend
 @pytest.mark.parametrize("layer", [False, True], ids=["functional", "layer"])
 @pytest.mark.parametrize("cl", [False, True], ids=["nchw", "cl"])
 @pytest.mark.parametrize(
@@ -280,6 +292,7 @@ def test_pool_forward_and_backward_match_the_reference(
     assert not _dispatch.HOOK.fallbacks
 
 
+@requires_backend
 def test_pools_the_backend_does_not_take(backend: str) -> None:
     torch.manual_seed(0)
     x = torch.randn(1, 4, 10, 10)
@@ -321,6 +334,7 @@ def _train(model: torch.nn.Module, steps: int, cl: bool) -> list[torch.Tensor]:
     return [p.detach().clone() for p in model.parameters()]
 
 
+@requires_backend
 @pytest.mark.parametrize("cl", [False, True], ids=["nchw", "cl"])
 def test_training_steps_match_the_torch_plans(cl: bool) -> None:
     torch.manual_seed(0)
@@ -340,6 +354,7 @@ def test_training_steps_match_the_torch_plans(cl: bool) -> None:
         _close(a, b, 1e-4)
 
 
+@requires_backend
 def test_reordered_weights_follow_in_place_updates() -> None:
     assert native.enable()
     _dispatch.HOOK.force = True
@@ -369,6 +384,7 @@ def test_reordered_weights_follow_in_place_updates() -> None:
         native.disable()
 
 
+@requires_backend
 def test_second_derivatives_are_refused_not_wrong() -> None:
     assert native.enable()
     _dispatch.HOOK.force = True
@@ -384,6 +400,7 @@ def test_second_derivatives_are_refused_not_wrong() -> None:
         native.disable()
 
 
+@requires_backend
 def test_bfloat16_matches_the_float32_reference() -> None:
     assert native.enable()
     _dispatch.HOOK.force = True
@@ -406,6 +423,7 @@ def test_bfloat16_matches_the_float32_reference() -> None:
 # ----------------------------------------------------------------------------- dispatch
 
 
+@requires_backend
 def test_tracing_and_compiling_take_the_torch_plans() -> None:
     assert native.enable()
     _dispatch.HOOK.force = True
@@ -427,6 +445,7 @@ def test_tracing_and_compiling_take_the_torch_plans() -> None:
         native.disable()
 
 
+@requires_backend
 def test_threads_follow_torch() -> None:
     assert native.enable()
     _dispatch.HOOK.force = True
@@ -450,6 +469,7 @@ def test_threads_follow_torch() -> None:
         native.disable()
 
 
+@requires_backend
 def test_planner_keeps_torch_where_the_backend_loses() -> None:
     """The policy's measured choices (docs/performance.md)."""
     from padkit.native import _policy
@@ -501,7 +521,10 @@ def test_without_a_compiler_padkit_runs_as_before(tmp_path: Path) -> None:
     )
     res = _run(code, CXX=str(tmp_path / "no-such-compiler"), PADKIT_NATIVE_CACHE=str(tmp_path))
     assert res.returncode == 0, res.stderr
-    assert "compiling the native backend failed" in res.stdout
+    # on Linux x86-64 (the extra installed) the compiler is what is missing
+    assert res.stdout.strip() not in ("", "None")
+    if requires_backend.args[0] is False:
+        assert "compiling the native backend failed" in res.stdout, res.stdout
 
 
 def test_without_onednn_the_error_says_what_to_install(tmp_path: Path) -> None:
@@ -514,6 +537,7 @@ def test_without_onednn_the_error_says_what_to_install(tmp_path: Path) -> None:
     assert "PADKIT_ONEDNN_ROOT" in res.stderr and "include/oneapi/dnnl/dnnl.hpp" in res.stderr
 
 
+@requires_backend
 def test_environment_variable_turns_it_on() -> None:
     res = _run(
         "import padkit.native as n, padkit.functional\nprint(n.enabled())", PADKIT_NATIVE="1"
@@ -522,6 +546,7 @@ def test_environment_variable_turns_it_on() -> None:
     assert res.stdout.strip() == "True"
 
 
+@requires_backend
 def test_build_is_cached() -> None:
     lib = _build.build()
     assert lib.path.is_file()

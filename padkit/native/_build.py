@@ -138,10 +138,10 @@ class Library:
 
 def build(verbose: bool = False) -> Library:
     """Compile (or reuse the cached build of) the backend and load it."""
-    if not sys.platform.startswith("linux"):
-        raise BuildError(f"padkit's native backend is built for Linux only, not {sys.platform}")
     onednn = find_onednn()
     cxx = _compiler()
+    if not sys.platform.startswith("linux"):
+        raise BuildError(f"padkit's native backend is built for Linux only, not {sys.platform}")
     src = SOURCE.read_bytes()
     flags = [
         "-O2",
