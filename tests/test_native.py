@@ -24,7 +24,7 @@ import padkit.functional as PF
 import padkit.native as native
 import padkit.nn as pnn
 from padkit import PaddingError
-from padkit.native import _build, _dispatch
+from padkit.native import _build, _dispatch, _ops
 
 Pairs = tuple[tuple[int, int], ...]
 CONV = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}
@@ -490,6 +490,17 @@ def test_planner_keeps_torch_where_the_backend_loses() -> None:
         assert not _ran_native(conv(x1))
         x2 = torch.randn(1, 4, 8, 8, requires_grad=True)
         assert _ran_native(PF.conv2d(x2, torch.randn(4, 4, 3, 3), None, 2, "same"))
+        # where oneDNN has only reference loops for a pass (depthwise 5x5 backward in
+        # NCHW: 27x slower), the torch plan runs; inference still takes the backend
+        x5 = torch.randn(1, 144, 56, 56, requires_grad=True)
+        w5 = torch.randn(144, 1, 5, 5, requires_grad=True)
+        assert not _ops.conv_is_fast(
+            x5, w5, None, (2, 2), (1, 1), ((1, 2), (1, 2)), 144, training=True
+        )
+        assert not _ran_native(PF.conv2d(x5, w5, None, 2, "same", 1, 144))
+        with torch.no_grad():
+            y = PF.conv2d(x5, w5, None, 2, "same", 1, 144)
+        _close(y, F.conv2d(F.pad(x5, [1, 2, 1, 2]), w5, None, 2, 0, 1, 144))
     finally:
         native.disable()
 

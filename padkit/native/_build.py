@@ -124,6 +124,8 @@ class Library:
             fn = getattr(lib, name)
             fn.argtypes = args
             fn.restype = ctypes.c_int
+        lib.padkit_impl.argtypes = [i64, ctypes.c_int, ctypes.c_char_p, ctypes.c_int64]
+        lib.padkit_impl.restype = ctypes.c_int
         lib.padkit_dnnl_error.restype = ctypes.c_char_p
         lib.padkit_dnnl_version.argtypes = [i64]
         self.lib = lib

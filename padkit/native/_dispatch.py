@@ -43,6 +43,10 @@ def _plain(*ts: Tensor | None) -> bool:
     return True
 
 
+def _training(*ts: Tensor | None) -> bool:
+    return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in ts)
+
+
 def _traced() -> bool:
     if torch._C._get_tracing_state() is not None:  # torch.jit.trace
         return True
@@ -100,8 +104,12 @@ class Hook:
     ) -> Tensor | None:
         if not self._go(x, w, b):
             return None
-        if not self.force and not _policy.conv(strategy, x, w, groups, pads, d):
-            return None
+        if not self.force:
+            training = _training(x, w, b)
+            if not _policy.conv(strategy, x, w, groups, pads, d) or not _ops.conv_is_fast(
+                x, w, b, s, d, pads, groups, training=training
+            ):
+                return None
         try:
             return _ops.conv(x, w, b, s, d, pads, groups)
         except _ops.NativeError as err:
@@ -121,8 +129,12 @@ class Hook:
         """``crops``: what to remove from the full output per side (>= 0)."""
         if any(lo < 0 or hi < 0 for lo, hi in crops) or not self._go(x, w, b):
             return None
-        if not self.force and not _policy.conv_transpose(x, w, groups, crops):
-            return None
+        if not self.force:
+            training = _training(x, w, b)
+            if not _policy.conv_transpose(x, w, groups, crops) or not _ops.conv_is_fast(
+                x, w, b, s, d, crops, groups, transposed=True, training=training
+            ):
+                return None
         try:
             return _ops.conv(x, w, b, s, d, crops, groups, transposed=True)
         except _ops.NativeError as err:
@@ -143,7 +155,10 @@ class Hook:
         """``kind``: ``max``, ``avg_include`` or ``avg_exclude``; floor-mode ``outs``."""
         if not self._pool_ok(k, s, d, pads, outs, x):
             return None
-        if not self.force and not _policy.pool(kind, strategy, x, k, s, pads):
+        if not self.force and not (
+            _policy.pool(kind, strategy, x, k, s, pads)
+            and _ops.pool_is_fast(kind, x, outs, k, s, d, pads, training=_training(x))
+        ):
             return None
         try:
             return _ops.pool(kind, x, outs, k, s, d, pads)
@@ -173,6 +188,13 @@ class Hook:
             return None
         if not self.force and not _policy.pool(kind, plan.strategy, x, k, s, plan.pads):
             return None
+        if not self.force:
+            # the layer's closure serves inference and training calls alike
+            for training in (False, True):
+                if not _ops.pool_is_fast(
+                    kind, x, plan.out_size, k, s, d, plan.pads, training=training
+                ):
+                    return None
         pads, outs, strategy = plan.pads, plan.out_size, plan.strategy
 
         def run(m: Any, x: Tensor) -> Any:

@@ -308,6 +308,81 @@ def conv(
     return _conv_forward(kind, x, w, b, s, d, pads, groups, False, cl)
 
 
+# ----------------------------------------------------------------------------- kernels
+
+_fast: dict[tuple[int, ...], bool] = {}
+
+
+def _has_fast_kernels(p: Any, n: int, passes: Sequence[int]) -> bool:
+    """Whether oneDNN has an optimised kernel (not its reference loops) for every pass."""
+    key = (*(int(p[i]) for i in range(n)), *passes)
+    ok = _fast.get(key)
+    if ok is None:
+        lib = _library().lib
+        buf = ctypes.create_string_buffer(256)
+        ok = True
+        for which in passes:
+            if lib.padkit_impl(p, which, buf, 256) != 0 or buf.value.startswith(b"ref"):
+                ok = False
+                break
+        if len(_fast) > 4096:
+            _fast.clear()
+        _fast[key] = ok
+    return ok
+
+
+def conv_is_fast(
+    x: Tensor,
+    w: Tensor,
+    b: Tensor | None,
+    s: Sequence[int],
+    d: Sequence[int],
+    pads: Pairs,
+    groups: int,
+    *,
+    transposed: bool = False,
+    training: bool = False,
+) -> bool:
+    """oneDNN runs this conv (and, when ``training``, both backward passes) on an optimised
+    kernel; some pads / group counts get only its reference loops, many times slower."""
+    if x.dim() == 3:
+        return conv_is_fast(
+            x.unsqueeze(2),
+            w.unsqueeze(2),
+            b,
+            (1, *s),
+            (1, *d),
+            ((0, 0), *pads),
+            groups,
+            transposed=transposed,
+            training=training,
+        )
+    kind = 1 if transposed else 0
+    cl = is_channels_last(x)
+    shape = conv_out_shape(kind, x, w, s, d, pads, groups)
+    p = _conv_params(kind, x, w, b is not None, shape, s, d, pads, groups, training, cl, (0, 0, 0))
+    p[1] = 0
+    return _has_fast_kernels(p, len(p) - 3, (0, 1, 2) if training else (0,))
+
+
+def pool_is_fast(
+    kind: str,
+    x: Tensor,
+    out_sizes: Sequence[int],
+    k: Sequence[int],
+    s: Sequence[int],
+    d: Sequence[int],
+    pads: Pairs,
+    *,
+    training: bool = False,
+) -> bool:
+    """As :func:`conv_is_fast`, for a pool."""
+    shape = (int(x.shape[0]), int(x.shape[1]), *out_sizes)
+    p = _pool_params(POOL_ALG[kind], x, shape, k, s, d, pads, training, is_channels_last(x))
+    p[1] = 0
+    return _has_fast_kernels(p, len(p), (0, 1) if training else (0,))
+
+
 # ----------------------------------------------------------------------------- pooling
 
 POOL_ALG = {"max": 0, "avg_include": 1, "avg_exclude": 2}

@@ -504,6 +504,45 @@ void pool_backward(const int64_t* raw, void* diff_dst, void* diff_src, void* ws)
   strm().wait();
 }
 
+// the implementation oneDNN picks for one pass (0 forward, 1 backward data, 2 backward
+// weights; pools: 0 forward, 1 backward), e.g. "brgconv:avx512_core" or "ref:any"
+std::string impl_name(const int64_t* raw, int which) {
+  Params p(raw);
+  std::lock_guard<std::mutex> lock(g_mutex);
+  if (p.kind == 2) {
+    auto fwd = pool_fwd_pd(p);
+    if (which == 0) return fwd.impl_info_str();
+    return pooling_backward::primitive_desc(
+               eng(), pool_alg(p), pool_md(p, p.src_dims(), p.user_src()),
+               pool_md(p, p.dst_dims(), p.user_dst()), p.s, p.k, p.d, p.pl, p.pr, fwd)
+        .impl_info_str();
+  }
+  const Params q = resolve_layout(p);
+  if (which == 0) return conv_fwd_pd(q).impl_info_str();
+  if (q.kind == 0) {
+    if (which == 1) {
+      return convolution_backward_data::primitive_desc(eng(), algorithm::convolution_direct,
+                                                       q.prim_src(), q.prim_wei(), q.prim_dst(),
+                                                       q.s, q.d, q.pl, q.pr, conv_hint(q))
+          .impl_info_str();
+    }
+    return convolution_backward_weights::primitive_desc(
+               eng(), algorithm::convolution_direct, q.prim_src(), q.prim_wei(), q.bias_md(),
+               q.prim_dst(), q.s, q.d, q.pl, q.pr, conv_hint(q))
+        .impl_info_str();
+  }
+  if (which == 1) {
+    return deconvolution_backward_data::primitive_desc(
+               eng(), algorithm::deconvolution_direct, q.prim_src(), q.prim_wei(), q.prim_dst(),
+               q.s, q.d, q.pl, q.pr, deconv_hint(q))
+        .impl_info_str();
+  }
+  return deconvolution_backward_weights::primitive_desc(
+             eng(), algorithm::deconvolution_direct, q.prim_src(), q.prim_wei(), q.bias_md(),
+             q.prim_dst(), q.s, q.d, q.pl, q.pr, deconv_hint(q))
+      .impl_info_str();
+}
+
 template <class F>
 int guarded(F&& f) {
   try {
@@ -560,6 +599,14 @@ int padkit_pool_fwd(const int64_t* p, void* src, void* dst, void* ws) {
 
 int padkit_pool_bwd(const int64_t* p, void* diff_dst, void* diff_src, void* ws) {
   return guarded([&] { pool_backward(p, diff_dst, diff_src, ws); });
+}
+
+int padkit_impl(const int64_t* p, int which, char* buf, int64_t len) {
+  return guarded([&] {
+    std::string name = impl_name(p, which);
+    std::strncpy(buf, name.c_str(), static_cast<size_t>(len - 1));
+    buf[len - 1] = 0;
+  });
 }
 
 int padkit_clear_cache() {
