@@ -49,6 +49,7 @@ def _with_backend(m: Fn, force: bool) -> Fn:
         finally:
             PF._native, _dispatch.HOOK.force = None, False
 
+    run.module = m  # type: ignore[attr-defined]
     return run
 
 
@@ -82,16 +83,15 @@ def run_cell(
         diff = max(max_abs_diff(fns[v](x), ref) for v in ("padkit oneDNN", "padkit auto"))
     if mode == "train":
         x = x.detach().requires_grad_()
-        g = torch.randn_like(ref)
         calls = {}
         for name, f in fns.items():
-            params = [p for p in _params(f) if p.requires_grad]
-            if name in ("padkit oneDNN", "padkit auto"):
-                params = [p for p in _params(f.__closure__[0].cell_contents) if p.requires_grad]  # type: ignore[union-attr,index]
+            params = [p for p in _params(getattr(f, "module", f)) if p.requires_grad]
             if name == "timm" and not isinstance(f, nn.Module):
                 params = shared
             inputs = [x, *params]
-            calls[name] = lambda f=f, inputs=inputs: torch.autograd.grad(f(x), inputs, g)
+            with torch.no_grad():  # the symmetric reference may have another output size
+                g = torch.randn_like(f(x))
+            calls[name] = lambda f=f, inputs=inputs, g=g: torch.autograd.grad(f(x), inputs, g)
     else:
         calls = {name: (lambda f=f: f(x)) for name, f in fns.items()}
     res, other, _ = measure_case(

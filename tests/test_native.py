@@ -479,6 +479,8 @@ def test_planner_keeps_torch_where_the_backend_loses() -> None:
     # causal dilated convs: oneDNN leaves its direct kernel for pads like (8, 0)
     assert not _policy.conv("residual_pad", x, w, 1, ((8, 0),), (4,))
     assert not _policy.conv("residual_pad", x, w, 1, ((2, 0),), (1,))
+    # ... but its backward passes win in training
+    assert _policy.conv("residual_pad", x, w, 1, ((8, 0),), (4,), training=True)
     dense = torch.randn(128, 128, 3, 3)
     x2 = torch.randn(1, 128, 56, 56)
     assert _policy.conv("residual_pad", x2, dense, 1, ((0, 1), (0, 1)), (1, 1))
@@ -487,7 +489,9 @@ def test_planner_keeps_torch_where_the_backend_loses() -> None:
     assert native.enable()
     try:
         x1 = torch.randn(1, 4, 50, requires_grad=True)
-        assert not _ran_native(conv(x1))
+        assert _ran_native(conv(x1))
+        with torch.no_grad():
+            _close(conv(x1), F.conv1d(F.pad(x1, [8, 0]), conv.weight, conv.bias, 1, 0, 4))
         x2 = torch.randn(1, 4, 8, 8, requires_grad=True)
         assert _ran_native(PF.conv2d(x2, torch.randn(4, 4, 3, 3), None, 2, "same"))
         # where oneDNN has only reference loops for a pass (depthwise 5x5 backward in

@@ -106,7 +106,7 @@ class Hook:
             return None
         if not self.force:
             training = _training(x, w, b)
-            if not _policy.conv(strategy, x, w, groups, pads, d) or not _ops.conv_is_fast(
+            if not _policy.conv(strategy, x, w, groups, pads, d, training) or not _ops.conv_is_fast(
                 x, w, b, s, d, pads, groups, training=training
             ):
                 return None

@@ -4,9 +4,10 @@
 * Convs whose torch plan copies the input (``residual_pad``, ``explicit``: dense stride-2
   convs, stems), computes surplus outputs (``crop``) or extra taps (``zero_extend``:
   depthwise stride-2 convs), in both layouts.
-* Not 1-D or dilated convs (causal TCN convs): with per-side pads such as ``(8, 0)``
-  oneDNN leaves its direct kernel, the 1-D layout costs a reorder in and out, and
-  ``F.pad`` plus torch's conv measured faster (it runs a faster kernel unpadded).
+* 1-D and dilated convs (causal TCN convs) only when training: in inference, with
+  per-side pads such as ``(8, 0)`` oneDNN leaves its direct kernel, the 1-D layout costs
+  a reorder in and out, and ``F.pad`` plus torch's conv measured as fast or faster; in
+  training the backend's backward passes win (1.13-1.41 against 1.56-1.91).
 * Transposed convs with asymmetric crops (torch computes the full output and padkit
   slices it).
 * Max and average pools with asymmetric pads: oneDNN's pooling kernels beat torch's (by
@@ -23,9 +24,17 @@ from torch import Tensor
 Pairs = tuple[tuple[int, int], ...]
 
 
-def conv(strategy: str, x: Tensor, w: Tensor, groups: int, pads: Pairs, d: Sequence[int]) -> bool:
+def conv(
+    strategy: str,
+    x: Tensor,
+    w: Tensor,
+    groups: int,
+    pads: Pairs,
+    d: Sequence[int],
+    training: bool = False,
+) -> bool:
     if x.dim() == 3 or any(dd > 1 for dd in d):
-        return False
+        return training and strategy in ("residual_pad", "explicit", "crop")
     return strategy in ("residual_pad", "explicit", "crop", "zero_extend")
 
 
