@@ -162,8 +162,14 @@ def build(verbose: bool = False) -> Library:
     ).hexdigest()[:16]
     out = _cache_dir() / f"padkit_dnnl-{digest}.so"
     if not out.is_file():
-        out.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(suffix=".so", dir=out.parent)
+        try:
+            out.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(suffix=".so", dir=out.parent)
+        except OSError as err:
+            raise BuildError(
+                f"cannot write the native backend to {out.parent} ({err}); set "
+                "PADKIT_NATIVE_CACHE to a writable directory"
+            ) from None
         os.close(fd)
         cmd = [
             cxx,
