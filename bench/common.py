@@ -144,12 +144,14 @@ def interleaved(
     block_s: float = 0.015,
     warmup: int = 3,
     max_number: int = 1000,
+    inference: bool = True,
 ) -> dict[str, Timing]:
     """Interleaved paired timing of zero-argument callables against ``fns[ref]``.
 
     Every variant first runs ``warmup`` times (oneDNN primitive creation, allocator
     and plan caches), then gets a block size of about ``block_s`` seconds. Each round
-    times one block per variant, the order reversed every other round.
+    times one block per variant, the order reversed every other round. The calls run
+    under ``torch.inference_mode()`` unless ``inference=False`` (training steps).
 
     Example:
         >>> r = interleaved({"a": lambda: None, "b": lambda: None}, "a", rounds=3,
@@ -161,7 +163,7 @@ def interleaved(
     if ref not in fns:
         raise KeyError(f"reference {ref!r} is not one of {names}")
     gc_was_enabled = gc.isenabled()
-    with torch.inference_mode():
+    with torch.inference_mode(inference):
         for name in names:
             for _ in range(warmup):
                 fns[name]()
@@ -202,6 +204,7 @@ def measure_case(
     block_s: float = 0.015,
     max_other: float | None = None,
     retries: int = 1,
+    inference: bool = True,
 ) -> tuple[dict[str, Timing], float, int]:
     """:func:`interleaved` under a :class:`CpuMonitor`, rerun while others load the CPU.
 
@@ -218,7 +221,7 @@ def measure_case(
     while attempts <= retries:
         attempts += 1
         with CpuMonitor() as mon:
-            res = interleaved(fns, ref, rounds=rounds, block_s=block_s)
+            res = interleaved(fns, ref, rounds=rounds, block_s=block_s, inference=inference)
         if best is None or mon.other_share < best[1]:
             best = (res, mon.other_share)
         if mon.other_share <= max_other:

@@ -69,6 +69,7 @@ _SUBMODULES = (
     "onnx",
     "explain",
     "inspect",
+    "native",
 )
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import math
+import os
 import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -295,6 +296,14 @@ def _apply_pad(x: Tensor, pairs: Pairs, mode: str, value: float, fname: str) -> 
     return out.reshape((*lead, *out.shape[2:]))
 
 
+# ----------------------------------------------------------------------------- native backend
+
+#: Set by :func:`padkit.native.enable`: a hook that runs ops with per-side pads in one
+#: oneDNN primitive where that measured faster, returning None to decline. None (the
+#: default) runs the pure-torch plans below unchanged.
+_native: Any = None
+
+
 # ----------------------------------------------------------------------------- convolution
 
 
@@ -428,6 +437,10 @@ def run_conv_plan(
     ``extend`` builds the zero-extended kernel of a ``zero_extend`` plan (the layers pass
     one that caches it for frozen weights); by default the weight is padded on each call.
     """
+    if _native is not None and plan.strategy != "native":
+        res: Tensor | None = _native.conv(plan.strategy, x, weight, bias, s, d, plan.pads, groups)
+        if res is not None:
+            return res
     if plan.strategy == "zero_extend":
         weight = (
             extend(weight) if extend is not None else F.pad(weight, _torch_pad(plan.kernel_ext))
@@ -792,6 +805,11 @@ def _conv_transpose_crops(
         native_p.append(p)
         native_op.append(o)
         slices.append((lo - p, max(end - p, 0)))
+    if _native is not None:
+        ends = tuple((lo, hi - o) for (lo, hi), o in zip(crops, op))
+        res: Tensor | None = _native.conv_transpose(x, weight, bias, s, d, ends, groups)
+        if res is not None:
+            return res
     out = _CONV_T[nd](x, weight, bias, s, tuple(native_p), tuple(native_op), groups, d)
     for i, (a, b) in enumerate(slices):
         if a or b:
@@ -1157,6 +1175,10 @@ def _max_pool(
         cache=not _compiling(),
         symbolic=_symbolic(sizes),
     )
+    if _native is not None and not return_indices and plan.strategy != "native":
+        got: Tensor | None = _native.pool("max", plan.strategy, x, k, s, d, pairs, outs)
+        if got is not None:
+            return got.squeeze(0) if unbatched else got
     if plan.strategy != "explicit":
         res = run_pool_plan(plan, rec, x)
         if return_indices:
@@ -1367,6 +1389,11 @@ def _avg_pool(
         cache=not _compiling(),
         symbolic=_symbolic(sizes),
     )
+    if _native is not None and divisor_override is None and plan.strategy != "native":
+        kind = "avg_include" if count_include_pad else "avg_exclude"
+        got_avg: Tensor | None = _native.pool(kind, plan.strategy, x, k, s, d, pairs, outs)
+        if got_avg is not None:
+            return got_avg.squeeze(0) if unbatched else got_avg
     if plan.strategy != "explicit":
         pooled: Tensor = run_pool_plan(plan, rec, x)
         return pooled.squeeze(0) if unbatched else pooled
@@ -1639,3 +1666,11 @@ for _name in (
 ):
     torch.fx.wrap(_name)
 del _name
+
+
+# ----------------------------------------------------------------------------- native backend
+
+if os.environ.get("PADKIT_NATIVE") == "1":
+    from . import native as _native_pkg
+
+    _native_pkg.enable()

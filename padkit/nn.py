@@ -981,6 +981,10 @@ def _pool_fast(layer: Any, x: Tensor, op: str) -> _FastFn | None:
         return None
     rec = layer._op()
     plan = layer.plan(tuple(x.shape), channels_last=PF.channels_last(x))
+    if PF._native is not None:  # the optional oneDNN backend (padkit.native)
+        fast: _FastFn | None = PF._native.pool_layer(layer, op, plan, x)
+        if fast is not None:
+            return fast
     if plan.strategy == "explicit":
         return None
     if plan.strategy == "zero_extend":  # an average pool as a depthwise conv
@@ -1015,6 +1019,7 @@ def _pool_forward(layer: Any, input: Tensor, op: str, full: Callable[[Tensor], A
         getattr(layer, "count_include_pad", True),
         getattr(layer, "divisor_override", None),
         op == "avg_pool" and PF.channels_last(input),
+        None if PF._native is None else PF.channels_last(input),
     )
     cache = _fast_cache(layer)
     fn = cache.get(key, False)

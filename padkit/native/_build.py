@@ -1,0 +1,198 @@
+"""Find oneDNN, compile ``padkit_dnnl.cpp`` once per (source, oneDNN, compiler), load it.
+
+The library is a few hundred lines of C++ over oneDNN's C++ API with no torch headers, so
+it builds in seconds with any C++17 compiler. oneDNN comes from the ``onednn-cpu-gomp``
+and ``onednn-devel-cpu-gomp`` wheels (the ``native`` extra), or from a directory with
+``include/`` and ``lib/`` named by ``PADKIT_ONEDNN_ROOT``. Built libraries are cached in
+``PADKIT_NATIVE_CACHE``, else ``$XDG_CACHE_HOME/padkit/native``, else
+``~/.cache/padkit/native``; the compiler is ``$CXX``, else ``g++``, else ``c++``.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import importlib.metadata as md
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = ["BuildError", "Library", "build", "find_onednn"]
+
+SOURCE = Path(__file__).with_name("padkit_dnnl.cpp")
+ABI = 1
+
+
+class BuildError(RuntimeError):
+    """The native backend cannot be built or loaded here (the message says why)."""
+
+
+@dataclass(frozen=True)
+class OneDNN:
+    include: Path
+    lib: Path
+    version: tuple[int, int, int]
+
+
+def _dist_file(dist: str, suffix: str) -> Path | None:
+    try:
+        files = md.distribution(dist).files or []
+    except md.PackageNotFoundError:
+        return None
+    for f in files:
+        if str(f).replace("\\", "/").endswith(suffix):
+            return Path(str(md.distribution(dist).locate_file(f))).resolve()
+    return None
+
+
+def _version(include: Path) -> tuple[int, int, int]:
+    text = (include / "oneapi" / "dnnl" / "dnnl_version.h").read_text()
+    parts = [re.search(rf"#define DNNL_VERSION_{n}\s+(\d+)", text) for n in ("MAJOR", "MINOR")]
+    patch = re.search(r"#define DNNL_VERSION_PATCH\s+(\d+)", text)
+    if parts[0] is None or parts[1] is None:
+        raise BuildError(f"cannot read oneDNN's version from {include}")
+    return (int(parts[0].group(1)), int(parts[1].group(1)), int(patch.group(1)) if patch else 0)
+
+
+def find_onednn() -> OneDNN:
+    """oneDNN's headers and library: ``PADKIT_ONEDNN_ROOT``, else the ``onednn-*-gomp`` wheels."""
+    root = os.environ.get("PADKIT_ONEDNN_ROOT")
+    if root:
+        include, lib = Path(root) / "include", Path(root) / "lib"
+        if not (include / "oneapi" / "dnnl" / "dnnl.hpp").is_file():
+            raise BuildError(f"PADKIT_ONEDNN_ROOT={root!r} has no include/oneapi/dnnl/dnnl.hpp")
+    else:
+        header = _dist_file("onednn-devel-cpu-gomp", "oneapi/dnnl/dnnl.hpp")
+        so = _dist_file("onednn-cpu-gomp", "libdnnl.so.3") or _dist_file(
+            "onednn-cpu-gomp", "libdnnl.so"
+        )
+        if header is None or so is None:
+            raise BuildError(
+                "oneDNN is not installed: pip install 'padkit[native]' (the onednn-cpu-gomp and "
+                "onednn-devel-cpu-gomp wheels), or set PADKIT_ONEDNN_ROOT to a directory with "
+                "include/ and lib/"
+            )
+        include, lib = header.parent.parent.parent, so.parent
+    version = _version(include)
+    if version[0] != 3:
+        raise BuildError(f"padkit's native backend needs oneDNN 3.x, found {version}")
+    return OneDNN(include, lib, version)
+
+
+def _compiler() -> str:
+    cxx = os.environ.get("CXX") or shutil.which("g++") or shutil.which("c++")
+    if not cxx:
+        raise BuildError("no C++ compiler found (set CXX, or install g++)")
+    return cxx
+
+
+def _cache_dir() -> Path:
+    env = os.environ.get("PADKIT_NATIVE_CACHE")
+    if env:
+        return Path(env)
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "padkit" / "native"
+
+
+class Library:
+    """The loaded shared library with its C signatures."""
+
+    def __init__(self, path: Path, onednn: OneDNN) -> None:
+        self.path = path
+        self.onednn = onednn
+        try:
+            lib = ctypes.CDLL(str(path))
+        except OSError as err:
+            raise BuildError(f"cannot load {path}: {err}") from None
+        if lib.padkit_dnnl_abi() != ABI:
+            raise BuildError(f"{path} has another ABI than this padkit")
+        p, i64 = ctypes.c_void_p, ctypes.POINTER(ctypes.c_int64)
+        sigs = {
+            "padkit_conv_fwd": [i64, p, p, p, p],
+            "padkit_conv_bwd_data": [i64, p, p, p],
+            "padkit_conv_bwd_weights": [i64, p, p, p, p],
+            "padkit_pool_workspace": [i64, i64],
+            "padkit_pool_fwd": [i64, p, p, p],
+            "padkit_pool_bwd": [i64, p, p, p],
+        }
+        for name, args in sigs.items():
+            fn = getattr(lib, name)
+            fn.argtypes = args
+            fn.restype = ctypes.c_int
+        lib.padkit_impl.argtypes = [i64, ctypes.c_int, ctypes.c_char_p, ctypes.c_int64]
+        lib.padkit_impl.restype = ctypes.c_int
+        lib.padkit_dnnl_error.restype = ctypes.c_char_p
+        lib.padkit_dnnl_version.argtypes = [i64]
+        self.lib = lib
+        v = (ctypes.c_int64 * 3)()
+        lib.padkit_dnnl_version(v)
+        self.runtime_version = (int(v[0]), int(v[1]), int(v[2]))
+
+    def error(self) -> str:
+        msg: bytes = self.lib.padkit_dnnl_error()
+        return msg.decode(errors="replace")
+
+
+def build(verbose: bool = False) -> Library:
+    """Compile (or reuse the cached build of) the backend and load it."""
+    onednn = find_onednn()
+    cxx = _compiler()
+    if not sys.platform.startswith("linux"):
+        raise BuildError(f"padkit's native backend is built for Linux only, not {sys.platform}")
+    src = SOURCE.read_bytes()
+    flags = [
+        "-O2",
+        "-std=c++17",
+        "-shared",
+        "-fPIC",
+        "-fopenmp",
+        "-fvisibility=hidden",
+        "-fvisibility-inlines-hidden",
+    ]
+    digest = hashlib.sha256(
+        b"\0".join(
+            [src, str(onednn.include).encode(), str(onednn.lib).encode(), cxx.encode()]
+            + [f.encode() for f in flags]
+        )
+    ).hexdigest()[:16]
+    out = _cache_dir() / f"padkit_dnnl-{digest}.so"
+    if not out.is_file():
+        try:
+            out.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(suffix=".so", dir=out.parent)
+        except OSError as err:
+            raise BuildError(
+                f"cannot write the native backend to {out.parent} ({err}); set "
+                "PADKIT_NATIVE_CACHE to a writable directory"
+            ) from None
+        os.close(fd)
+        cmd = [
+            cxx,
+            *flags,
+            str(SOURCE),
+            f"-I{onednn.include}",
+            f"-L{onednn.lib}",
+            "-ldnnl",
+            f"-Wl,-rpath,{onednn.lib}",
+            "-o",
+            tmp,
+        ]
+        try:
+            res = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+        except (OSError, subprocess.TimeoutExpired) as err:
+            os.unlink(tmp)
+            raise BuildError(f"compiling the native backend failed: {err}") from None
+        if res.returncode != 0:
+            os.unlink(tmp)
+            raise BuildError(
+                "compiling the native backend failed:\n" + " ".join(cmd) + "\n" + res.stderr[-4000:]
+            )
+        if verbose:
+            print(" ".join(cmd), file=sys.stderr)
+        os.replace(tmp, out)
+    return Library(out, onednn)

@@ -1,0 +1,486 @@
+"""torch glue for the oneDNN library: parameter blocks, output allocation, autograd.
+
+Every op takes per-side pads ``(lo, hi)`` per spatial axis and runs as one oneDNN
+primitive on the tensors' own memory (NCHW or channels-last; anything else is made
+contiguous first). Outputs are allocated here, in the input's memory format. Under
+autograd the ops are :class:`torch.autograd.Function` s whose backward runs oneDNN's
+backward-data / backward-weights (conv) or pooling-backward primitives; they are
+differentiable once (a second derivative raises).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import itertools
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from torch import Tensor
+from torch.autograd.function import once_differentiable
+
+from ._build import Library
+
+__all__ = ["NativeError", "conv", "pool"]
+
+Pairs = tuple[tuple[int, int], ...]
+
+DTYPES = {torch.float32: 0, torch.bfloat16: 1}
+_CL = {4: torch.channels_last, 5: torch.channels_last_3d}
+_serials = itertools.count(1)
+
+_lib: Library | None = None
+
+
+class NativeError(RuntimeError):
+    """oneDNN refused or failed an op (the message is oneDNN's)."""
+
+
+def set_library(lib: Library | None) -> None:
+    global _lib
+    _lib = lib
+
+
+def _library() -> Library:
+    if _lib is None:
+        raise NativeError("padkit's native backend is not loaded (padkit.native.enable())")
+    return _lib
+
+
+def is_channels_last(x: Tensor) -> bool:
+    fmt = _CL.get(x.dim())
+    return fmt is not None and not x.is_contiguous() and x.is_contiguous(memory_format=fmt)
+
+
+def dense(x: Tensor) -> tuple[Tensor, bool]:
+    """``x`` as NCHW-contiguous or channels-last-contiguous, and whether it is the latter."""
+    if is_channels_last(x):
+        return x, True
+    return (x if x.is_contiguous() else x.contiguous()), False
+
+
+def _empty(shape: Sequence[int], like: Tensor, cl: bool) -> Tensor:
+    fmt = _CL[len(shape)] if cl else torch.contiguous_format
+    return torch.empty(tuple(shape), dtype=like.dtype, device=like.device, memory_format=fmt)
+
+
+def _like(t: Tensor, cl: bool) -> Tensor:
+    fmt = _CL[t.dim()] if cl else torch.contiguous_format
+    return t if t.is_contiguous(memory_format=fmt) else t.contiguous(memory_format=fmt)
+
+
+def _serial(w: Tensor) -> int:
+    """A number unique to this tensor object for its lifetime (keys the weight cache)."""
+    ser: int | None = getattr(w, "_padkit_native_serial", None)
+    if ser is None:
+        ser = next(_serials)
+        try:
+            w._padkit_native_serial = ser  # type: ignore[attr-defined]
+        except (AttributeError, RuntimeError):
+            return 0
+    return ser
+
+
+def _check(rc: int) -> None:
+    if rc != 0:
+        raise NativeError(_library().error())
+
+
+def _ptr(t: Tensor | None) -> int | None:
+    return None if t is None else t.data_ptr()
+
+
+# ----------------------------------------------------------------------------- convolution
+
+
+def _weight_id(w: Tensor) -> tuple[int, int, int]:
+    """(serial, data pointer, version): the reordered weight is reused while all three match."""
+    try:
+        return _serial(w), w.data_ptr(), w._version
+    except RuntimeError:  # inference tensors have no version counter: no caching
+        return 0, 0, 0
+
+
+def _conv_params(
+    kind: int,
+    x: Tensor,
+    w: Tensor,
+    has_bias: bool,
+    out: Sequence[int],
+    s: Sequence[int],
+    d: Sequence[int],
+    pads: Pairs,
+    groups: int,
+    training: bool,
+    cl: bool,
+    w_id: tuple[int, int, int] | None = None,
+) -> Any:
+    nd = x.dim() - 2
+    n, ic = int(x.shape[0]), int(x.shape[1])
+    oc = int(w.shape[0]) if kind == 0 else int(w.shape[1]) * groups
+    vals = [
+        kind,
+        torch.get_num_threads(),
+        DTYPES[x.dtype],
+        nd,
+        groups,
+        int(has_bias),
+        n,
+        ic,
+        oc,
+        int(training),
+        int(cl),
+    ]
+    for a in range(nd):
+        vals += [
+            int(x.shape[2 + a]),
+            int(out[2 + a]),
+            int(w.shape[2 + a]),
+            int(s[a]),
+            int(d[a]) - 1,
+            int(pads[a][0]),
+            int(pads[a][1]),
+        ]
+    vals += list(x.stride())
+    vals += _out_strides(out, cl)
+    vals += list(w.stride())
+    vals += list(_weight_id(w) if w_id is None else w_id)
+    return (ctypes.c_int64 * len(vals))(*vals)
+
+
+def _out_strides(shape: Sequence[int], cl: bool) -> list[int]:
+    nd = len(shape) - 2
+    if cl:
+        st = [0] * len(shape)
+        st[1] = 1
+        acc = int(shape[1])
+        for a in range(nd - 1, -1, -1):
+            st[2 + a] = acc
+            acc *= int(shape[2 + a])
+        st[0] = acc
+        return st
+    st = [0] * len(shape)
+    acc = 1
+    for a in range(len(shape) - 1, -1, -1):
+        st[a] = acc
+        acc *= int(shape[a])
+    return st
+
+
+def conv_out_shape(
+    kind: int,
+    x: Tensor,
+    w: Tensor,
+    s: Sequence[int],
+    d: Sequence[int],
+    pads: Pairs,
+    groups: int,
+) -> tuple[int, ...]:
+    nd = x.dim() - 2
+    sizes = []
+    for a in range(nd):
+        n, k = int(x.shape[2 + a]), int(w.shape[2 + a])
+        ke = d[a] * (k - 1) + 1
+        lo, hi = pads[a]
+        if kind == 0:
+            sizes.append((n + lo + hi - ke) // s[a] + 1)
+        else:
+            sizes.append((n - 1) * s[a] + ke - lo - hi)
+    oc = int(w.shape[0]) if kind == 0 else int(w.shape[1]) * groups
+    return (int(x.shape[0]), oc, *sizes)
+
+
+def _conv_forward(
+    kind: int,
+    x: Tensor,
+    w: Tensor,
+    b: Tensor | None,
+    s: Sequence[int],
+    d: Sequence[int],
+    pads: Pairs,
+    groups: int,
+    training: bool,
+    cl: bool,
+) -> Tensor:
+    shape = conv_out_shape(kind, x, w, s, d, pads, groups)
+    out = _empty(shape, x, cl)
+    p = _conv_params(kind, x, w, b is not None, shape, s, d, pads, groups, training, cl)
+    lib = _library().lib
+    _check(lib.padkit_conv_fwd(p, x.data_ptr(), w.data_ptr(), _ptr(b), out.data_ptr()))
+    return out
+
+
+class _ConvFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(
+        ctx: Any,
+        x: Tensor,
+        w: Tensor,
+        b: Tensor | None,
+        meta: tuple[Any, ...],
+    ) -> Tensor:
+        kind, s, d, pads, groups, cl = meta
+        out = _conv_forward(kind, x, w, b, s, d, pads, groups, True, cl)
+        ctx.save_for_backward(x, w)
+        ctx.meta = meta
+        ctx.has_bias = b is not None
+        ctx.out_shape = tuple(out.shape)
+        return out
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:
+        x, w = ctx.saved_tensors
+        kind, s, d, pads, groups, cl = ctx.meta
+        grad = _like(grad, cl)
+        lib = _library().lib
+        gx = gw = gb = None
+        p = _conv_params(kind, x, w, ctx.has_bias, ctx.out_shape, s, d, pads, groups, True, cl)
+        if ctx.needs_input_grad[0]:
+            gx = torch.empty_like(x)
+            _check(lib.padkit_conv_bwd_data(p, grad.data_ptr(), w.data_ptr(), gx.data_ptr()))
+        if ctx.needs_input_grad[1] or (ctx.has_bias and ctx.needs_input_grad[2]):
+            gw = torch.empty_like(w)
+            gb = torch.empty(ctx.out_shape[1], dtype=w.dtype) if ctx.has_bias else None
+            _check(
+                lib.padkit_conv_bwd_weights(
+                    p, x.data_ptr(), grad.data_ptr(), gw.data_ptr(), _ptr(gb)
+                )
+            )
+        return (
+            gx,
+            gw if ctx.needs_input_grad[1] else None,
+            gb if ctx.has_bias and ctx.needs_input_grad[2] else None,
+            None,
+        )
+
+
+def conv(
+    x: Tensor,
+    w: Tensor,
+    b: Tensor | None,
+    s: Sequence[int],
+    d: Sequence[int],
+    pads: Pairs,
+    groups: int,
+    *,
+    transposed: bool = False,
+) -> Tensor:
+    """Conv (or transposed conv, whose ``pads`` are crops) with per-side ``pads``.
+
+    Example:
+        >>> import padkit.native as native
+        >>> if native.available():  # loads the library; padkit's routing stays as it was
+        ...     x, w = torch.randn(1, 2, 5, 5), torch.randn(3, 2, 3, 3)
+        ...     y = conv(x, w, None, (2, 2), (1, 1), ((0, 1), (0, 1)), 1)
+        ...     ref = torch.nn.functional.conv2d(torch.nn.functional.pad(x, (0, 1, 0, 1)), w,
+        ...                                      stride=2)
+        ...     assert torch.allclose(y, ref, atol=1e-5)
+    """
+    if x.dim() == 3:
+        # as torch does: a 1-D conv is a 2-D one of height 1 (oneDNN's fast kernels are 2-D)
+        out2 = conv(
+            x.unsqueeze(2),
+            w.unsqueeze(2),
+            b,
+            (1, *s),
+            (1, *d),
+            ((0, 0), *pads),
+            groups,
+            transposed=transposed,
+        )
+        return out2.squeeze(2)
+    kind = 1 if transposed else 0
+    x, cl = dense(x)
+    if w.dim() in _CL and (cl or not w.is_contiguous()):
+        w = _like(w, cl) if cl else w.contiguous()
+    elif not w.is_contiguous():
+        w = w.contiguous()
+    if b is not None and not b.is_contiguous():
+        b = b.contiguous()
+    s, d, pads = tuple(s), tuple(d), tuple(pads)
+    needs_grad = torch.is_grad_enabled() and (
+        x.requires_grad or w.requires_grad or (b is not None and b.requires_grad)
+    )
+    if needs_grad:
+        out: Tensor = _ConvFunction.apply(x, w, b, (kind, s, d, pads, groups, cl))
+        return out
+    return _conv_forward(kind, x, w, b, s, d, pads, groups, False, cl)
+
+
+# ----------------------------------------------------------------------------- kernels
+
+_fast: dict[tuple[int, ...], bool] = {}
+
+
+def _has_fast_kernels(p: Any, n: int, passes: Sequence[int]) -> bool:
+    """Whether oneDNN has an optimised kernel (not its reference loops) for every pass."""
+    key = (*(int(p[i]) for i in range(n)), *passes)
+    ok = _fast.get(key)
+    if ok is None:
+        lib = _library().lib
+        buf = ctypes.create_string_buffer(256)
+        ok = True
+        for which in passes:
+            if lib.padkit_impl(p, which, buf, 256) != 0 or buf.value.startswith(b"ref"):
+                ok = False
+                break
+        if len(_fast) > 4096:
+            _fast.clear()
+        _fast[key] = ok
+    return ok
+
+
+def conv_is_fast(
+    x: Tensor,
+    w: Tensor,
+    b: Tensor | None,
+    s: Sequence[int],
+    d: Sequence[int],
+    pads: Pairs,
+    groups: int,
+    *,
+    transposed: bool = False,
+    training: bool = False,
+) -> bool:
+    """oneDNN runs this conv (and, when ``training``, both backward passes) on an optimised
+    kernel; some pads / group counts get only its reference loops, many times slower."""
+    if x.dim() == 3:
+        return conv_is_fast(
+            x.unsqueeze(2),
+            w.unsqueeze(2),
+            b,
+            (1, *s),
+            (1, *d),
+            ((0, 0), *pads),
+            groups,
+            transposed=transposed,
+            training=training,
+        )
+    kind = 1 if transposed else 0
+    cl = is_channels_last(x)
+    shape = conv_out_shape(kind, x, w, s, d, pads, groups)
+    p = _conv_params(kind, x, w, b is not None, shape, s, d, pads, groups, training, cl, (0, 0, 0))
+    p[1] = 0
+    return _has_fast_kernels(p, len(p) - 3, (0, 1, 2) if training else (0,))
+
+
+def pool_is_fast(
+    kind: str,
+    x: Tensor,
+    out_sizes: Sequence[int],
+    k: Sequence[int],
+    s: Sequence[int],
+    d: Sequence[int],
+    pads: Pairs,
+    *,
+    training: bool = False,
+) -> bool:
+    """As :func:`conv_is_fast`, for a pool."""
+    shape = (int(x.shape[0]), int(x.shape[1]), *out_sizes)
+    p = _pool_params(POOL_ALG[kind], x, shape, k, s, d, pads, training, is_channels_last(x))
+    p[1] = 0
+    return _has_fast_kernels(p, len(p), (0, 1) if training else (0,))
+
+
+# ----------------------------------------------------------------------------- pooling
+
+POOL_ALG = {"max": 0, "avg_include": 1, "avg_exclude": 2}
+
+
+def _pool_params(
+    alg: int,
+    x: Tensor,
+    out: Sequence[int],
+    k: Sequence[int],
+    s: Sequence[int],
+    d: Sequence[int],
+    pads: Pairs,
+    training: bool,
+    cl: bool,
+    blocked: bool = False,
+) -> Any:
+    nd = x.dim() - 2
+    c = int(x.shape[1])
+    vals = [2, torch.get_num_threads(), DTYPES[x.dtype], nd, alg, int(blocked), int(x.shape[0])]
+    vals += [c, c]
+    vals += [int(training), int(cl)]
+    for a in range(nd):
+        vals += [
+            int(x.shape[2 + a]),
+            int(out[2 + a]),
+            int(k[a]),
+            int(s[a]),
+            int(d[a]) - 1,
+            int(pads[a][0]),
+            int(pads[a][1]),
+        ]
+    vals += list(x.stride())
+    vals += _out_strides(out, cl)
+    return (ctypes.c_int64 * len(vals))(*vals)
+
+
+def _pool_forward(
+    alg: int,
+    x: Tensor,
+    out_sizes: Sequence[int],
+    k: Sequence[int],
+    s: Sequence[int],
+    d: Sequence[int],
+    pads: Pairs,
+    training: bool,
+    cl: bool,
+) -> tuple[Tensor, Tensor | None]:
+    shape = (int(x.shape[0]), int(x.shape[1]), *out_sizes)
+    out = _empty(shape, x, cl)
+    p = _pool_params(alg, x, shape, k, s, d, pads, training, cl)
+    lib = _library().lib
+    ws = None
+    if training and alg == 0:
+        size = (ctypes.c_int64 * 1)()
+        _check(lib.padkit_pool_workspace(p, size))
+        ws = torch.empty(max(int(size[0]), 1), dtype=torch.uint8)
+    _check(lib.padkit_pool_fwd(p, x.data_ptr(), out.data_ptr(), _ptr(ws)))
+    return out, ws
+
+
+class _PoolFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: Any, x: Tensor, meta: tuple[Any, ...]) -> Tensor:
+        alg, out_sizes, k, s, d, pads, cl = meta
+        out, ws = _pool_forward(alg, x, out_sizes, k, s, d, pads, True, cl)
+        ctx.meta = meta
+        ctx.x_shape, ctx.x_stride, ctx.dtype = tuple(x.shape), tuple(x.stride()), x.dtype
+        ctx.ws = ws
+        return out
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, None]:
+        alg, _, k, s, d, pads, cl = ctx.meta
+        grad = _like(grad, cl)
+        gx = torch.empty_strided(ctx.x_shape, ctx.x_stride, dtype=ctx.dtype)
+        p = _pool_params(alg, gx, grad.shape, k, s, d, pads, True, cl)
+        lib = _library().lib
+        _check(lib.padkit_pool_bwd(p, grad.data_ptr(), gx.data_ptr(), _ptr(ctx.ws)))
+        return gx, None
+
+
+def pool(
+    kind: str,
+    x: Tensor,
+    out_sizes: Sequence[int],
+    k: Sequence[int],
+    s: Sequence[int],
+    d: Sequence[int],
+    pads: Pairs,
+) -> Tensor:
+    """Max or average pool (``kind``: ``"max"``, ``"avg_include"``, ``"avg_exclude"``) with
+    per-side ``pads``; ``out_sizes`` are the spatial output sizes (floor mode)."""
+    alg = POOL_ALG[kind]
+    x, cl = dense(x)
+    meta = (alg, tuple(out_sizes), tuple(k), tuple(s), tuple(d), tuple(pads), cl)
+    if torch.is_grad_enabled() and x.requires_grad:
+        out: Tensor = _PoolFunction.apply(x, meta)
+        return out
+    return _pool_forward(alg, x, out_sizes, k, s, d, pads, False, cl)[0]

@@ -1,0 +1,623 @@
+// padkit's optional native backend: convolution, transposed convolution and pooling with
+// per-side pads (oneDNN's padding_l / padding_r) in one primitive, forward and backward.
+//
+// A plain C ABI over oneDNN's C++ API, loaded by padkit/native/_lib.py with ctypes. No torch
+// headers: the caller passes raw pointers and an int64 parameter block (layout below), and
+// allocates every output. Primitives, reorders and reordered weights are cached per
+// parameter block. One mutex guards the cache and each execution.
+//
+// Parameter block, conv (kind 0) and transposed conv (kind 1):
+//   [0] kind  [1] threads  [2] dtype (0 f32, 1 bf16)  [3] nd  [4] groups  [5] has_bias
+//   [6] N  [7] IC  [8] OC  [9] training  [10] channels-last
+//   then per spatial axis: in, out, kernel, stride, dilation-1, pad_l, pad_r   (7 * nd)
+//   then strides (torch, elements) of src, dst, weight: 3 * (nd + 2)
+//   then weight identity: a serial number of the tensor, its data pointer and version
+//   (not part of the cache key; serial 0: no caching)
+// Pooling (kind 2):
+//   [0] 2  [1] threads  [2] dtype  [3] nd  [4] algorithm (0 max, 1 avg incl. pads,
+//   2 avg excl. pads)  [5] blocked (NCHW only: pool on oneDNN's nChw16c layout, reordering
+//   in and out)  [6] N  [7] C  [8] C  [9] training  [10] channels-last
+//   then per axis as above, then strides of src and dst: 2 * (nd + 2)
+
+#include <omp.h>
+
+#include <cstdint>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "oneapi/dnnl/dnnl.hpp"
+
+using namespace dnnl;
+using dims_t = memory::dims;
+
+namespace {
+
+thread_local std::string g_error;
+std::mutex g_mutex;
+
+engine& eng() {
+  static engine e(engine::kind::cpu, 0);
+  return e;
+}
+
+stream& strm() {
+  static stream s(eng());
+  return s;
+}
+
+struct Params {
+  int64_t kind, threads, dtype, nd, groups, has_bias, N, IC, OC, training, cl;
+  dims_t in, out, k, s, d, pl, pr;
+  dims_t src_st, dst_st, wei_st;
+  int64_t wser = 0, wptr = 0, wver = -1;
+  bool force_any = false;  // NCHW: let oneDNN choose the layout (see resolve_layout)
+  std::vector<int64_t> key;
+
+  explicit Params(const int64_t* p) {
+    kind = p[0];
+    threads = p[1];
+    dtype = p[2];
+    nd = p[3];
+    groups = p[4];
+    has_bias = p[5];
+    N = p[6];
+    IC = p[7];
+    OC = p[8];
+    training = p[9];
+    cl = p[10];
+    if (nd < 1 || nd > 3) throw std::runtime_error("nd must be 1, 2 or 3");
+    int64_t i = 11;
+    for (int64_t a = 0; a < nd; ++a) {
+      in.push_back(p[i++]);
+      out.push_back(p[i++]);
+      k.push_back(p[i++]);
+      s.push_back(p[i++]);
+      d.push_back(p[i++]);
+      pl.push_back(p[i++]);
+      pr.push_back(p[i++]);
+    }
+    const int64_t r = nd + 2;
+    for (int64_t a = 0; a < r; ++a) src_st.push_back(p[i++]);
+    for (int64_t a = 0; a < r; ++a) dst_st.push_back(p[i++]);
+    if (kind != 2) {
+      for (int64_t a = 0; a < r; ++a) wei_st.push_back(p[i++]);
+    }
+    key.assign(p, p + i);
+    key[1] = 0;  // threads: not part of the key
+    if (kind != 2) {
+      wser = p[i];
+      wptr = p[i + 1];
+      wver = p[i + 2];
+    }
+  }
+
+  memory::data_type dt() const {
+    return dtype == 1 ? memory::data_type::bf16 : memory::data_type::f32;
+  }
+  dims_t src_dims() const {
+    dims_t v{N, IC};
+    v.insert(v.end(), in.begin(), in.end());
+    return v;
+  }
+  dims_t dst_dims() const {
+    dims_t v{N, OC};
+    v.insert(v.end(), out.begin(), out.end());
+    return v;
+  }
+  bool channels_last() const { return cl != 0; }
+
+  memory::desc user_src() const { return memory::desc(src_dims(), dt(), src_st); }
+  memory::desc user_dst() const { return memory::desc(dst_dims(), dt(), dst_st); }
+  // what the primitive works on: the user layout in channels-last (oneDNN's nhwc kernels);
+  // in NCHW the 16-channel blocked layout torch's own oneDNN path uses (nChw16c), with a
+  // reorder in and out, or oneDNN's choice where the channels are not a multiple of 16
+  memory::desc prim_src() const {
+    return channels_last() ? user_src() : memory::desc(src_dims(), dt(), nchw_tag(IC));
+  }
+  memory::desc prim_dst() const {
+    return channels_last() ? user_dst() : memory::desc(dst_dims(), dt(), nchw_tag(OC));
+  }
+  memory::format_tag any_tag() const { return memory::format_tag::any; }
+  memory::format_tag nchw_tag(int64_t channels) const {
+    if (force_any || channels % 16 != 0) return any_tag();
+    static const memory::format_tag tags[] = {memory::format_tag::nCw16c,
+                                              memory::format_tag::nChw16c,
+                                              memory::format_tag::nCdhw16c};
+    return tags[nd - 1];
+  }
+
+  // weights, oneDNN order: [G,] OC/G, IC/G, k...
+  dims_t wei_dims() const {
+    dims_t v;
+    if (groups > 1) v.push_back(groups);
+    v.push_back(OC / groups);
+    v.push_back(IC / groups);
+    v.insert(v.end(), k.begin(), k.end());
+    return v;
+  }
+  memory::desc user_wei() const {
+    // torch: conv (OC, IC/G, k...), transposed (IC, OC/G, k...)
+    dims_t st;
+    int64_t oc_st, ic_st, g_st;
+    if (kind == 0) {
+      oc_st = wei_st[0];
+      ic_st = wei_st[1];
+      g_st = (OC / groups) * wei_st[0];
+    } else {
+      oc_st = wei_st[1];
+      ic_st = wei_st[0];
+      g_st = (IC / groups) * wei_st[0];
+    }
+    if (groups > 1) st.push_back(g_st);
+    st.push_back(oc_st);
+    st.push_back(ic_st);
+    for (int64_t a = 0; a < nd; ++a) st.push_back(wei_st[2 + a]);
+    return memory::desc(wei_dims(), dt(), st);
+  }
+  memory::desc prim_wei() const { return memory::desc(wei_dims(), dt(), any_tag()); }
+  memory::desc bias_md() const {
+    return has_bias ? memory::desc({OC}, dt(), memory::format_tag::a) : memory::desc();
+  }
+};
+
+// A user buffer seen through the layout a primitive wants: a reorder when they differ.
+struct Staged {
+  bool needed = false;
+  memory buf;
+  reorder prim;
+
+  void setup(const memory::desc& user, const memory::desc& want, bool to_user) {
+    needed = user != want;
+    if (!needed) return;
+    buf = memory(want, eng());
+    memory u(user, eng(), nullptr);
+    prim = to_user ? reorder(buf, u) : reorder(u, buf);
+  }
+  // input: user memory -> what the primitive reads
+  memory in(const memory::desc& user, void* ptr) {
+    memory u(user, eng(), ptr);
+    if (!needed) return u;
+    prim.execute(strm(), u, buf);
+    return buf;
+  }
+  memory out(const memory::desc& user, void* ptr) {
+    return needed ? buf : memory(user, eng(), ptr);
+  }
+  void flush(const memory::desc& user, void* ptr) {
+    if (!needed) return;
+    memory u(user, eng(), ptr);
+    prim.execute(strm(), buf, u);
+  }
+};
+
+struct WeightCache {
+  int64_t ser = 0, ptr = 0, ver = -1;
+  bool hit(const Params& p) const {
+    return p.wser != 0 && ser == p.wser && ptr == p.wptr && ver == p.wver;
+  }
+  void store(const Params& p) {
+    ser = p.wser;
+    ptr = p.wptr;
+    ver = p.wver;
+  }
+};
+
+struct ConvFwd {
+  primitive_desc pd;
+  primitive prim;
+  Staged src, wei, dst;
+  WeightCache wc;
+};
+
+struct ConvBwdData {
+  primitive prim;
+  Staged diff_dst, wei, diff_src;
+  WeightCache wc;
+};
+
+struct ConvBwdWei {
+  primitive prim;
+  Staged src, diff_dst, diff_wei;
+};
+
+struct PoolFwd {
+  pooling_forward::primitive_desc pd;
+  pooling_forward prim;
+  Staged src, dst;
+  memory::desc ws_md;
+};
+
+struct PoolBwd {
+  pooling_backward prim;
+  Staged diff_dst, diff_src;
+  memory::desc ws_md;
+};
+
+template <class T>
+using Cache = std::map<std::vector<int64_t>, std::unique_ptr<T>>;
+
+Cache<ConvFwd> g_conv_fwd;
+Cache<ConvBwdData> g_conv_bd;
+Cache<ConvBwdWei> g_conv_bw;
+Cache<PoolFwd> g_pool_fwd;
+Cache<PoolBwd> g_pool_bwd;
+
+constexpr size_t kMaxEntries = 512;
+
+template <class T>
+T* slot(Cache<T>& c, const std::vector<int64_t>& key, bool& fresh) {
+  auto it = c.find(key);
+  if (it != c.end()) {
+    fresh = false;
+    return it->second.get();
+  }
+  if (c.size() >= kMaxEntries) c.clear();
+  fresh = true;
+  auto& ref = c[key];
+  ref = std::make_unique<T>();
+  return ref.get();
+}
+
+prop_kind fwd_prop(const Params& p) {
+  return p.training ? prop_kind::forward_training : prop_kind::forward_inference;
+}
+
+convolution_forward::primitive_desc conv_hint(const Params& p) {
+  return convolution_forward::primitive_desc(eng(), fwd_prop(p), algorithm::convolution_direct,
+                                             p.prim_src(), p.prim_wei(), p.bias_md(),
+                                             p.prim_dst(), p.s, p.d, p.pl, p.pr);
+}
+
+deconvolution_forward::primitive_desc deconv_hint(const Params& p) {
+  return deconvolution_forward::primitive_desc(
+      eng(), fwd_prop(p), algorithm::deconvolution_direct, p.prim_src(), p.prim_wei(),
+      p.bias_md(), p.prim_dst(), p.s, p.d, p.pl, p.pr);
+}
+
+// oneDNN has no fast kernel for some pads on the blocked layout (a reference
+// implementation runs instead: causal dilated convs): there, let it choose the layout
+Params resolve_layout(const Params& p) {
+  if (p.channels_last()) return p;
+  std::string impl = p.kind == 0 ? conv_hint(p).impl_info_str() : deconv_hint(p).impl_info_str();
+  if (impl.rfind("ref", 0) != 0) return p;
+  Params q = p;
+  q.force_any = true;
+  return q;
+}
+
+primitive_desc conv_fwd_pd(const Params& p) {
+  if (p.kind == 0) return conv_hint(p);
+  return deconv_hint(p);
+}
+
+void set_threads(const Params& p) {
+  if (p.threads > 0 && omp_get_max_threads() != p.threads) {
+    omp_set_num_threads(static_cast<int>(p.threads));
+  }
+}
+
+void conv_forward(const int64_t* raw, void* src, void* wei, void* bias, void* dst) {
+  Params p(raw);
+  std::lock_guard<std::mutex> lock(g_mutex);
+  set_threads(p);
+  bool fresh;
+  ConvFwd* e = slot(g_conv_fwd, p.key, fresh);
+  if (fresh) {
+    const Params q = resolve_layout(p);
+    e->pd = conv_fwd_pd(q);
+    e->prim = primitive(e->pd);
+    e->src.setup(p.user_src(), e->pd.src_desc(), false);
+    e->wei.setup(p.user_wei(), e->pd.weights_desc(), false);
+    e->dst.setup(p.user_dst(), e->pd.dst_desc(), true);
+  }
+  memory msrc = e->src.in(p.user_src(), src);
+  memory mwei;
+  if (e->wei.needed && e->wc.hit(p)) {
+    mwei = e->wei.buf;  // the reordered weight of the same tensor and version
+  } else {
+    mwei = e->wei.in(p.user_wei(), wei);
+    e->wc.store(p);
+  }
+  memory mdst = e->dst.out(p.user_dst(), dst);
+  std::unordered_map<int, memory> args{
+      {DNNL_ARG_SRC, msrc}, {DNNL_ARG_WEIGHTS, mwei}, {DNNL_ARG_DST, mdst}};
+  if (p.has_bias) args[DNNL_ARG_BIAS] = memory(p.bias_md(), eng(), bias);
+  e->prim.execute(strm(), args);
+  e->dst.flush(p.user_dst(), dst);
+  strm().wait();
+}
+
+void conv_backward_data(const int64_t* raw, void* diff_dst, void* wei, void* diff_src) {
+  Params p(raw);
+  std::lock_guard<std::mutex> lock(g_mutex);
+  set_threads(p);
+  bool fresh;
+  ConvBwdData* e = slot(g_conv_bd, p.key, fresh);
+  memory::desc dsrc, dwei, ddst;
+  if (fresh) {
+    const Params q = resolve_layout(p);
+    if (p.kind == 0) {
+      auto pd = convolution_backward_data::primitive_desc(
+          eng(), algorithm::convolution_direct, q.prim_src(), q.prim_wei(), q.prim_dst(), p.s,
+          p.d, p.pl, p.pr, conv_hint(q));
+      e->prim = convolution_backward_data(pd);
+      dsrc = pd.diff_src_desc();
+      dwei = pd.weights_desc();
+      ddst = pd.diff_dst_desc();
+    } else {
+      auto pd = deconvolution_backward_data::primitive_desc(
+          eng(), algorithm::deconvolution_direct, q.prim_src(), q.prim_wei(), q.prim_dst(), p.s,
+          p.d, p.pl, p.pr, deconv_hint(q));
+      e->prim = deconvolution_backward_data(pd);
+      dsrc = pd.diff_src_desc();
+      dwei = pd.weights_desc();
+      ddst = pd.diff_dst_desc();
+    }
+    e->diff_dst.setup(p.user_dst(), ddst, false);
+    e->wei.setup(p.user_wei(), dwei, false);
+    e->diff_src.setup(p.user_src(), dsrc, true);
+  }
+  memory mdd = e->diff_dst.in(p.user_dst(), diff_dst);
+  memory mwei;
+  if (e->wei.needed && e->wc.hit(p)) {
+    mwei = e->wei.buf;
+  } else {
+    mwei = e->wei.in(p.user_wei(), wei);
+    e->wc.store(p);
+  }
+  memory mds = e->diff_src.out(p.user_src(), diff_src);
+  e->prim.execute(strm(), {{DNNL_ARG_DIFF_DST, mdd}, {DNNL_ARG_WEIGHTS, mwei},
+                           {DNNL_ARG_DIFF_SRC, mds}});
+  e->diff_src.flush(p.user_src(), diff_src);
+  strm().wait();
+}
+
+void conv_backward_weights(const int64_t* raw, void* src, void* diff_dst, void* diff_wei,
+                           void* diff_bias) {
+  Params p(raw);
+  std::lock_guard<std::mutex> lock(g_mutex);
+  set_threads(p);
+  bool fresh;
+  ConvBwdWei* e = slot(g_conv_bw, p.key, fresh);
+  if (fresh) {
+    const Params q = resolve_layout(p);
+    memory::desc s, dw, dd;
+    if (p.kind == 0) {
+      auto pd = convolution_backward_weights::primitive_desc(
+          eng(), algorithm::convolution_direct, q.prim_src(), q.prim_wei(), p.bias_md(),
+          q.prim_dst(), p.s, p.d, p.pl, p.pr, conv_hint(q));
+      e->prim = convolution_backward_weights(pd);
+      s = pd.src_desc();
+      dw = pd.diff_weights_desc();
+      dd = pd.diff_dst_desc();
+    } else {
+      auto pd = deconvolution_backward_weights::primitive_desc(
+          eng(), algorithm::deconvolution_direct, q.prim_src(), q.prim_wei(), p.bias_md(),
+          q.prim_dst(), p.s, p.d, p.pl, p.pr, deconv_hint(q));
+      e->prim = deconvolution_backward_weights(pd);
+      s = pd.src_desc();
+      dw = pd.diff_weights_desc();
+      dd = pd.diff_dst_desc();
+    }
+    e->src.setup(p.user_src(), s, false);
+    e->diff_dst.setup(p.user_dst(), dd, false);
+    e->diff_wei.setup(p.user_wei(), dw, true);
+  }
+  memory ms = e->src.in(p.user_src(), src);
+  memory mdd = e->diff_dst.in(p.user_dst(), diff_dst);
+  memory mdw = e->diff_wei.out(p.user_wei(), diff_wei);
+  std::unordered_map<int, memory> args{
+      {DNNL_ARG_SRC, ms}, {DNNL_ARG_DIFF_DST, mdd}, {DNNL_ARG_DIFF_WEIGHTS, mdw}};
+  if (p.has_bias) args[DNNL_ARG_DIFF_BIAS] = memory(p.bias_md(), eng(), diff_bias);
+  e->prim.execute(strm(), args);
+  e->diff_wei.flush(p.user_wei(), diff_wei);
+  strm().wait();
+}
+
+algorithm pool_alg(const Params& p) {
+  switch (p.groups) {
+    case 0:
+      return algorithm::pooling_max;
+    case 1:
+      return algorithm::pooling_avg_include_padding;
+    default:
+      return algorithm::pooling_avg_exclude_padding;
+  }
+}
+
+// pooling needs a defined source layout: the user's, or the 16-channel blocked one
+memory::desc pool_md(const Params& p, const dims_t& dims, const memory::desc& user) {
+  if (p.channels_last() || p.has_bias == 0) return user;
+  static const memory::format_tag tags[] = {memory::format_tag::nCw16c,
+                                            memory::format_tag::nChw16c,
+                                            memory::format_tag::nCdhw16c};
+  return memory::desc(dims, p.dt(), tags[p.nd - 1]);
+}
+
+pooling_forward::primitive_desc pool_fwd_pd(const Params& p) {
+  return pooling_forward::primitive_desc(
+      eng(), fwd_prop(p), pool_alg(p), pool_md(p, p.src_dims(), p.user_src()),
+      pool_md(p, p.dst_dims(), p.user_dst()), p.s, p.k, p.d, p.pl, p.pr);
+}
+
+PoolFwd* pool_fwd_entry(const Params& p) {
+  bool fresh;
+  PoolFwd* e = slot(g_pool_fwd, p.key, fresh);
+  if (fresh) {
+    e->pd = pool_fwd_pd(p);
+    e->prim = pooling_forward(e->pd);
+    e->src.setup(p.user_src(), e->pd.src_desc(), false);
+    e->dst.setup(p.user_dst(), e->pd.dst_desc(), true);
+    e->ws_md = e->pd.workspace_desc();
+  }
+  return e;
+}
+
+int64_t pool_workspace(const int64_t* raw) {
+  Params p(raw);
+  std::lock_guard<std::mutex> lock(g_mutex);
+  return static_cast<int64_t>(pool_fwd_entry(p)->ws_md.get_size());
+}
+
+void pool_forward(const int64_t* raw, void* src, void* dst, void* ws) {
+  Params p(raw);
+  std::lock_guard<std::mutex> lock(g_mutex);
+  set_threads(p);
+  PoolFwd* e = pool_fwd_entry(p);
+  memory ms = e->src.in(p.user_src(), src);
+  memory md = e->dst.out(p.user_dst(), dst);
+  std::unordered_map<int, memory> args{{DNNL_ARG_SRC, ms}, {DNNL_ARG_DST, md}};
+  if (e->ws_md.get_size() > 0) args[DNNL_ARG_WORKSPACE] = memory(e->ws_md, eng(), ws);
+  e->prim.execute(strm(), args);
+  e->dst.flush(p.user_dst(), dst);
+  strm().wait();
+}
+
+void pool_backward(const int64_t* raw, void* diff_dst, void* diff_src, void* ws) {
+  Params p(raw);
+  std::lock_guard<std::mutex> lock(g_mutex);
+  set_threads(p);
+  bool fresh;
+  PoolBwd* e = slot(g_pool_bwd, p.key, fresh);
+  if (fresh) {
+    auto hint = pool_fwd_entry(p)->pd;
+    auto pd = pooling_backward::primitive_desc(
+        eng(), pool_alg(p), pool_md(p, p.src_dims(), p.user_src()),
+        pool_md(p, p.dst_dims(), p.user_dst()), p.s, p.k, p.d, p.pl, p.pr, hint);
+    e->prim = pooling_backward(pd);
+    e->diff_dst.setup(p.user_dst(), pd.diff_dst_desc(), false);
+    e->diff_src.setup(p.user_src(), pd.diff_src_desc(), true);
+    e->ws_md = pd.workspace_desc();
+  }
+  memory mdd = e->diff_dst.in(p.user_dst(), diff_dst);
+  memory mds = e->diff_src.out(p.user_src(), diff_src);
+  std::unordered_map<int, memory> args{{DNNL_ARG_DIFF_DST, mdd}, {DNNL_ARG_DIFF_SRC, mds}};
+  if (e->ws_md.get_size() > 0) args[DNNL_ARG_WORKSPACE] = memory(e->ws_md, eng(), ws);
+  e->prim.execute(strm(), args);
+  e->diff_src.flush(p.user_src(), diff_src);
+  strm().wait();
+}
+
+// the implementation oneDNN picks for one pass (0 forward, 1 backward data, 2 backward
+// weights; pools: 0 forward, 1 backward), e.g. "brgconv:avx512_core" or "ref:any"
+std::string impl_name(const int64_t* raw, int which) {
+  Params p(raw);
+  std::lock_guard<std::mutex> lock(g_mutex);
+  if (p.kind == 2) {
+    auto fwd = pool_fwd_pd(p);
+    if (which == 0) return fwd.impl_info_str();
+    return pooling_backward::primitive_desc(
+               eng(), pool_alg(p), pool_md(p, p.src_dims(), p.user_src()),
+               pool_md(p, p.dst_dims(), p.user_dst()), p.s, p.k, p.d, p.pl, p.pr, fwd)
+        .impl_info_str();
+  }
+  const Params q = resolve_layout(p);
+  if (which == 0) return conv_fwd_pd(q).impl_info_str();
+  if (q.kind == 0) {
+    if (which == 1) {
+      return convolution_backward_data::primitive_desc(eng(), algorithm::convolution_direct,
+                                                       q.prim_src(), q.prim_wei(), q.prim_dst(),
+                                                       q.s, q.d, q.pl, q.pr, conv_hint(q))
+          .impl_info_str();
+    }
+    return convolution_backward_weights::primitive_desc(
+               eng(), algorithm::convolution_direct, q.prim_src(), q.prim_wei(), q.bias_md(),
+               q.prim_dst(), q.s, q.d, q.pl, q.pr, conv_hint(q))
+        .impl_info_str();
+  }
+  if (which == 1) {
+    return deconvolution_backward_data::primitive_desc(
+               eng(), algorithm::deconvolution_direct, q.prim_src(), q.prim_wei(), q.prim_dst(),
+               q.s, q.d, q.pl, q.pr, deconv_hint(q))
+        .impl_info_str();
+  }
+  return deconvolution_backward_weights::primitive_desc(
+             eng(), algorithm::deconvolution_direct, q.prim_src(), q.prim_wei(), q.bias_md(),
+             q.prim_dst(), q.s, q.d, q.pl, q.pr, deconv_hint(q))
+      .impl_info_str();
+}
+
+template <class F>
+int guarded(F&& f) {
+  try {
+    f();
+    return 0;
+  } catch (const dnnl::error& err) {
+    g_error = std::string("oneDNN: ") + err.what() + " (status " +
+              std::to_string(static_cast<int>(err.status)) + ")";
+  } catch (const std::exception& err) {
+    g_error = err.what();
+  } catch (...) {
+    g_error = "unknown error";
+  }
+  return 1;
+}
+
+}  // namespace
+
+#pragma GCC visibility push(default)
+extern "C" {
+
+int padkit_dnnl_abi() { return 1; }
+
+const char* padkit_dnnl_error() { return g_error.c_str(); }
+
+int padkit_dnnl_version(int64_t* out) {
+  const dnnl_version_t* v = dnnl_version();
+  out[0] = v->major;
+  out[1] = v->minor;
+  out[2] = v->patch;
+  return 0;
+}
+
+int padkit_conv_fwd(const int64_t* p, void* src, void* wei, void* bias, void* dst) {
+  return guarded([&] { conv_forward(p, src, wei, bias, dst); });
+}
+
+int padkit_conv_bwd_data(const int64_t* p, void* diff_dst, void* wei, void* diff_src) {
+  return guarded([&] { conv_backward_data(p, diff_dst, wei, diff_src); });
+}
+
+int padkit_conv_bwd_weights(const int64_t* p, void* src, void* diff_dst, void* diff_wei,
+                            void* diff_bias) {
+  return guarded([&] { conv_backward_weights(p, src, diff_dst, diff_wei, diff_bias); });
+}
+
+int padkit_pool_workspace(const int64_t* p, int64_t* size) {
+  return guarded([&] { *size = pool_workspace(p); });
+}
+
+int padkit_pool_fwd(const int64_t* p, void* src, void* dst, void* ws) {
+  return guarded([&] { pool_forward(p, src, dst, ws); });
+}
+
+int padkit_pool_bwd(const int64_t* p, void* diff_dst, void* diff_src, void* ws) {
+  return guarded([&] { pool_backward(p, diff_dst, diff_src, ws); });
+}
+
+int padkit_impl(const int64_t* p, int which, char* buf, int64_t len) {
+  return guarded([&] {
+    std::string name = impl_name(p, which);
+    std::strncpy(buf, name.c_str(), static_cast<size_t>(len - 1));
+    buf[len - 1] = 0;
+  });
+}
+
+int padkit_clear_cache() {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  g_conv_fwd.clear();
+  g_conv_bd.clear();
+  g_conv_bw.clear();
+  g_pool_fwd.clear();
+  g_pool_bwd.clear();
+  return 0;
+}
+
+}  // extern "C"
+#pragma GCC visibility pop

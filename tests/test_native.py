@@ -1,0 +1,570 @@
+"""The optional oneDNN backend (padkit.native) against the explicit F.pad reference.
+
+The test extra installs the backend's oneDNN wheels and CI has a compiler, so the
+library is built here (once per cache directory, a few seconds) and every case runs
+with the backend forced on, with the planner choosing, and with the backend off.
+"""
+
+from __future__ import annotations
+
+import copy
+import ctypes
+import os
+import platform
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import padkit.functional as PF
+import padkit.native as native
+import padkit.nn as pnn
+from padkit import PaddingError
+from padkit.native import _build, _dispatch, _ops
+
+Pairs = tuple[tuple[int, int], ...]
+CONV = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}
+CONV_T = {1: F.conv_transpose1d, 2: F.conv_transpose2d, 3: F.conv_transpose3d}
+PCONV = {1: PF.conv1d, 2: PF.conv2d, 3: PF.conv3d}
+PCONV_T = {1: PF.conv_transpose1d, 2: PF.conv_transpose2d, 3: PF.conv_transpose3d}
+CL = {4: torch.channels_last, 5: torch.channels_last_3d}
+ROOT = Path(__file__).resolve().parent.parent
+
+#: the native extra's oneDNN wheels exist for Linux x86-64 only; elsewhere the extra
+#: installs nothing and only the tests of padkit without the backend apply
+requires_backend = pytest.mark.skipif(
+    not (sys.platform.startswith("linux") and platform.machine() in ("x86_64", "AMD64")),
+    reason="the oneDNN wheels of padkit[native] are built for Linux x86-64 only",
+)
+
+
+def torch_pad(pairs: Pairs) -> list[int]:
+    return [v for p in reversed(pairs) for v in p]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _threads() -> Iterator[None]:
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(params=["forced", "planner", "off"])
+def backend(request: pytest.FixtureRequest) -> Iterator[str]:
+    """The backend forced onto every eligible op, chosen by the planner, or off."""
+    if request.param == "off":
+        native.disable()
+    else:
+        assert native.enable(), native.info()
+    _dispatch.HOOK.force = request.param == "forced"
+    _dispatch.HOOK.fallbacks.clear()
+    yield request.param
+    _dispatch.HOOK.force = False
+    native.disable()
+
+
+def _layout(t: torch.Tensor, cl: bool) -> torch.Tensor:
+    return t.contiguous(memory_format=CL[t.dim()]) if cl and t.dim() in CL else t
+
+
+def _grads(
+    out: torch.Tensor, inputs: list[torch.Tensor], g: torch.Tensor
+) -> tuple[torch.Tensor, ...]:
+    return torch.autograd.grad(out, inputs, g)
+
+
+def _ran_native(out: torch.Tensor) -> bool:
+    """The autograd graph of ``out`` holds one of the backend's functions."""
+    todo, seen = [out.grad_fn], 0
+    while todo and seen < 20:
+        fn = todo.pop()
+        seen += 1
+        if fn is None:
+            continue
+        if "_ConvFunction" in type(fn).__name__ or "_PoolFunction" in type(fn).__name__:
+            return True
+        todo += [nxt for nxt, _ in fn.next_functions]
+    return False
+
+
+def _close(a: torch.Tensor, b: torch.Tensor, tol: float = 2e-5) -> None:
+    scale = max(1.0, float(b.detach().abs().max()))
+    torch.testing.assert_close(a, b, rtol=tol, atol=tol * scale)
+
+
+# ----------------------------------------------------------------------------- conv
+
+CONV_CASES = [
+    # (name, nd, k, s, d, pairs, groups, cin, cout)
+    ("dense-tf-same-s2", 2, (3, 3), (2, 2), (1, 1), ((0, 1), (0, 1)), 1, 16, 32),
+    ("stem-7x7-s2", 2, (7, 7), (2, 2), (1, 1), ((2, 3), (2, 3)), 1, 3, 16),
+    ("tf-same-s1-even", 2, (4, 4), (1, 1), (1, 1), ((1, 2), (1, 2)), 1, 8, 8),
+    ("same-lower-s2", 2, (3, 3), (2, 2), (1, 1), ((1, 0), (1, 0)), 1, 16, 16),
+    ("dw-tf-same-s2", 2, (3, 3), (2, 2), (1, 1), ((0, 1), (0, 1)), 16, 16, 16),
+    ("dw-5x5-s2", 2, (5, 5), (2, 2), (1, 1), ((1, 2), (1, 2)), 16, 16, 16),
+    ("dw-dilated", 2, (3, 3), (2, 2), (2, 2), ((0, 2), (2, 4)), 4, 4, 4),
+    ("grouped", 2, (3, 3), (1, 2), (1, 1), ((2, 0), (0, 1)), 2, 8, 6),
+    ("causal-tcn", 1, (3,), (1,), (4,), ((8, 0),), 1, 16, 16),
+    ("causal-k2-s2", 1, (2,), (2,), (1,), ((1, 0),), 1, 5, 7),
+    ("video-causal", 3, (3, 3, 3), (1, 2, 2), (1, 1, 1), ((2, 0), (0, 1), (0, 1)), 1, 4, 8),
+    ("symmetric", 2, (3, 3), (2, 2), (1, 1), ((1, 1), (1, 1)), 1, 8, 8),
+]
+
+
+@requires_backend
+@pytest.mark.parametrize("cl", [False, True], ids=["nchw", "cl"])
+@pytest.mark.parametrize(
+    ("nd", "k", "s", "d", "pairs", "groups", "cin", "cout"),
+    [c[1:] for c in CONV_CASES],
+    ids=[c[0] for c in CONV_CASES],
+)
+def test_conv_forward_and_backward_match_the_reference(
+    backend: str,
+    cl: bool,
+    nd: int,
+    k: tuple[int, ...],
+    s: tuple[int, ...],
+    d: tuple[int, ...],
+    pairs: Pairs,
+    groups: int,
+    cin: int,
+    cout: int,
+) -> None:
+    torch.manual_seed(0)
+    sizes = (11, 12, 9)[:nd]
+    x = _layout(torch.randn(2, cin, *sizes), cl).requires_grad_()
+    w = _layout(torch.randn(cout, cin // groups, *k), cl).requires_grad_()
+    b = torch.randn(cout, requires_grad=True)
+    out = PCONV[nd](x, w, b, s, pairs, d, groups)
+    ref = CONV[nd](F.pad(x, torch_pad(pairs)), w, b, s, 0, d, groups)
+    assert out.shape == ref.shape
+    _close(out, ref)
+    g = torch.randn_like(ref)
+    for got, want in zip(_grads(out, [x, w, b], g), _grads(ref, [x, w, b], g)):
+        _close(got, want)
+    if backend == "forced" and pairs[0][0] != pairs[0][1]:
+        assert _ran_native(out)
+    if backend == "off":
+        assert not _ran_native(out)
+    assert not _dispatch.HOOK.fallbacks
+
+
+@requires_backend
+@pytest.mark.parametrize("cl", [False, True], ids=["nchw", "cl"])
+def test_conv_without_grad_and_bias(backend: str, cl: bool) -> None:
+    torch.manual_seed(0)
+    x = _layout(torch.randn(3, 16, 15, 14), cl)
+    w = torch.randn(16, 16, 3, 3)
+    with torch.no_grad():
+        out = PF.conv2d(x, w, None, 2, "same")
+    ref = F.conv2d(F.pad(x, [0, 1, 1, 1]), w, None, 2)
+    _close(out, ref)
+    assert out.is_contiguous(memory_format=CL[4] if cl else torch.contiguous_format)
+
+
+TRANSPOSE_CASES = [
+    # (name, nd, k, s, d, padding, output_padding, groups)
+    ("tf-same-s2-k3", 2, (3, 3), (2, 2), (1, 1), "same", 0, 1),
+    ("tf-same-s2-k4", 2, (4, 4), (2, 2), (1, 1), "same", 0, 1),
+    ("per-side-crops", 2, (3, 4), (2, 3), (1, 1), ((0, 2), (1, 0)), 0, 1),
+    ("grouped-dilated", 2, (3, 3), (2, 2), (2, 1), ((1, 3), (0, 1)), 0, 2),
+    ("output-padding", 2, (3, 3), (2, 2), (1, 1), ((1, 2), (1, 2)), 1, 1),
+    ("1d-same", 1, (5,), (2,), (1,), "same", 0, 1),
+    ("3d-same", 3, (3, 3, 3), (1, 2, 2), (1, 1, 1), "same", 0, 1),
+]
+
+
+@requires_backend
+@pytest.mark.parametrize("cl", [False, True], ids=["nchw", "cl"])
+@pytest.mark.parametrize(
+    ("nd", "k", "s", "d", "padding", "op", "groups"),
+    [c[1:] for c in TRANSPOSE_CASES],
+    ids=[c[0] for c in TRANSPOSE_CASES],
+)
+def test_conv_transpose_forward_and_backward_match_the_reference(
+    backend: str,
+    cl: bool,
+    nd: int,
+    k: tuple[int, ...],
+    s: tuple[int, ...],
+    d: tuple[int, ...],
+    padding: object,
+    op: int,
+    groups: int,
+) -> None:
+    torch.manual_seed(0)
+    sizes = (7, 6, 5)[:nd]
+    cin, cout = 8, 6
+    x = _layout(torch.randn(2, cin, *sizes), cl).requires_grad_()
+    w = torch.randn(cin, cout // groups, *k, requires_grad=True)
+    b = torch.randn(cout, requires_grad=True)
+    out = PCONV_T[nd](x, w, b, s, padding, op, groups, d)
+    # reference: the full transposed conv, then the crops as slices
+    full = CONV_T[nd](x, w, b, s, 0, 0, groups, d)
+    crops = PF.transpose_crops(PF._parse(padding, nd, "t"), k, s, d, sizes)  # type: ignore[arg-type]
+    ref = full
+    for i, (lo, hi) in enumerate(crops):
+        end = hi - op
+        if end < 0:
+            ref = F.pad(ref, [0, 0] * (nd - 1 - i) + [0, -end])
+            end = 0
+        ref = ref.narrow(2 + i, lo, ref.shape[2 + i] - lo - end)
+    assert out.shape == ref.shape
+    _close(out, ref)
+    g = torch.randn_like(ref)
+    for got, want in zip(_grads(out, [x, w, b], g), _grads(ref, [x, w, b], g)):
+        _close(got, want)
+    assert not _dispatch.HOOK.fallbacks
+
+
+# ----------------------------------------------------------------------------- pools
+
+POOL_CASES = [
+    # (name, op, k, s, pairs, include_pad)
+    ("max-tf-same-s2", "max", (3, 3), (2, 2), ((0, 1), (0, 1)), True),
+    ("max-same-lower", "max", (3, 3), (2, 2), ((1, 0), (1, 0)), True),
+    ("max-yolo", "max", (2, 2), (1, 1), ((0, 1), (0, 1)), True),
+    ("max-big-pads", "max", (3, 3), (1, 1), ((2, 2), (0, 2)), True),
+    ("avg-excl-s1", "avg", (2, 2), (1, 1), ((0, 1), (0, 1)), False),
+    ("avg-incl-s1", "avg", (2, 2), (1, 1), ((0, 1), (0, 1)), True),
+    ("avg-tf-same", "avg", (3, 3), (2, 2), ((0, 1), (0, 1)), False),
+    ("avg-incl-s2", "avg", (3, 3), (2, 2), ((0, 1), (0, 1)), True),
+    ("avg-lower-excl", "avg", (3, 3), (2, 2), ((1, 0), (1, 0)), False),
+]
+
+
+def _pool_reference(
+    x: torch.Tensor, op: str, k: tuple[int, ...], s: tuple[int, ...], pairs: Pairs, incl: bool
+) -> torch.Tensor:
+    """Windows over the explicitly padded input; the exclude-pad divisor from a ones map."""
+    if op == "max":
+        return F.max_pool2d(F.pad(x, torch_pad(pairs), value=-float("inf")), k, s)
+    total = F.avg_pool2d(F.pad(x, torch_pad(pairs)), k, s, divisor_override=1)
+    if incl:
+        return total / (k[0] * k[1])
+    ones = F.pad(torch.ones_like(x[:1, :1]), torch_pad(pairs))
+    return total / F.avg_pool2d(ones, k, s, divisor_override=1)
+
+
+@requires_backend
+@pytest.mark.parametrize("layer", [False, True], ids=["functional", "layer"])
+@pytest.mark.parametrize("cl", [False, True], ids=["nchw", "cl"])
+@pytest.mark.parametrize(
+    ("op", "k", "s", "pairs", "incl"), [c[1:] for c in POOL_CASES], ids=[c[0] for c in POOL_CASES]
+)
+def test_pool_forward_and_backward_match_the_reference(
+    backend: str,
+    layer: bool,
+    cl: bool,
+    op: str,
+    k: tuple[int, ...],
+    s: tuple[int, ...],
+    pairs: Pairs,
+    incl: bool,
+) -> None:
+    torch.manual_seed(0)
+    x = _layout(torch.randn(2, 16, 13, 12), cl).requires_grad_()
+    if layer:
+        m: torch.nn.Module = (
+            pnn.MaxPool2d(k, s, padding=pairs)
+            if op == "max"
+            else pnn.AvgPool2d(k, s, padding=pairs, count_include_pad=incl)
+        )
+        outs = [m(x) for _ in range(2)]  # the second call takes the layer's fast path
+    elif op == "max":
+        outs = [PF.max_pool2d(x, k, s, pairs)]
+    else:
+        outs = [PF.avg_pool2d(x, k, s, pairs, count_include_pad=incl)]
+    ref = _pool_reference(x, op, k, s, pairs, incl)
+    g = torch.randn_like(ref)
+    (want,) = _grads(ref, [x], g)
+    for out in outs:
+        _close(out, ref)
+        (got,) = _grads(out, [x], g)
+        _close(got, want)
+    if backend == "forced":
+        assert all(_ran_native(o) for o in outs)
+    assert not _dispatch.HOOK.fallbacks
+
+
+@requires_backend
+def test_pools_the_backend_does_not_take(backend: str) -> None:
+    torch.manual_seed(0)
+    x = torch.randn(1, 4, 10, 10)
+    out, idx = PF.max_pool2d(x, 3, 2, "same", return_indices=True)
+    ref = F.max_pool2d(F.pad(x, [0, 1, 0, 1], value=-float("inf")), 3, 2)
+    _close(out, ref)
+    assert idx.max() < 100
+    # Caffe ceil rounding and divisor_override stay on padkit's torch plans
+    _close(
+        PF.avg_pool2d(x, 3, 2, "same", divisor_override=2),
+        9 / 2 * PF.avg_pool2d(x, 3, 2, "same", count_include_pad=True),
+    )
+    with pytest.raises(PaddingError, match="holds no input element"):
+        PF.avg_pool2d(x, 2, 1, ((0, 3), (0, 0)), count_include_pad=False)
+
+
+# ----------------------------------------------------------------------------- training
+
+
+def _tiny_model() -> torch.nn.Module:
+    return torch.nn.Sequential(
+        pnn.Conv2d(3, 16, 3, stride=2, padding="same"),
+        torch.nn.ReLU(),
+        pnn.Conv2d(16, 16, 3, stride=2, padding="same", groups=16),
+        pnn.MaxPool2d(3, 2, padding="same"),
+        pnn.ConvTranspose2d(16, 8, 4, stride=2, padding="same"),
+        pnn.AvgPool2d(2, 1, padding="same", count_include_pad=False),
+    )
+
+
+def _train(model: torch.nn.Module, steps: int, cl: bool) -> list[torch.Tensor]:
+    gen = torch.Generator().manual_seed(1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    for _ in range(steps):
+        x = _layout(torch.randn(2, 3, 19, 18, generator=gen), cl)
+        loss = model(x).square().mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    return [p.detach().clone() for p in model.parameters()]
+
+
+@requires_backend
+@pytest.mark.parametrize("cl", [False, True], ids=["nchw", "cl"])
+def test_training_steps_match_the_torch_plans(cl: bool) -> None:
+    torch.manual_seed(0)
+    model = _tiny_model()
+    twin = copy.deepcopy(model)
+    native.disable()
+    want = _train(model, 3, cl)
+    assert native.enable()
+    _dispatch.HOOK.force = True
+    try:
+        got = _train(twin, 3, cl)
+    finally:
+        _dispatch.HOOK.force = False
+        native.disable()
+    assert not _dispatch.HOOK.fallbacks
+    for a, b in zip(got, want):
+        _close(a, b, 1e-4)
+
+
+@requires_backend
+def test_reordered_weights_follow_in_place_updates() -> None:
+    assert native.enable()
+    _dispatch.HOOK.force = True
+    try:
+        torch.manual_seed(0)
+        conv = pnn.Conv2d(16, 16, 3, stride=2, padding="same", bias=False).eval()
+        x = torch.randn(1, 16, 10, 10)
+        with torch.inference_mode():
+            first = conv(x)
+        with torch.no_grad():
+            conv.weight.mul_(2.0)
+        with torch.inference_mode():
+            second = conv(x)
+        _close(second, 2 * first)
+        with torch.no_grad():
+            conv.weight.data = torch.randn(16, 16, 3, 3)  # new storage
+            third = conv(x)
+        _close(third, F.conv2d(F.pad(x, [0, 1, 0, 1]), conv.weight, None, 2))
+        # a write through .data bypasses the version counter: clear_cache() after it
+        conv.weight.data.copy_(torch.randn(16, 16, 3, 3))
+        native.clear_cache()
+        with torch.no_grad():
+            fourth = conv(x)
+        _close(fourth, F.conv2d(F.pad(x, [0, 1, 0, 1]), conv.weight, None, 2))
+    finally:
+        _dispatch.HOOK.force = False
+        native.disable()
+
+
+@requires_backend
+def test_second_derivatives_are_refused_not_wrong() -> None:
+    assert native.enable()
+    _dispatch.HOOK.force = True
+    try:
+        x = torch.randn(1, 4, 8, 8, requires_grad=True)
+        w = torch.randn(4, 4, 3, 3, requires_grad=True)
+        out = PF.conv2d(x, w, None, 2, "same")
+        (gx,) = torch.autograd.grad(out.sum(), x, create_graph=True)
+        with pytest.raises(RuntimeError, match=r"does not require grad|once_differentiable"):
+            gx.sum().backward()
+    finally:
+        _dispatch.HOOK.force = False
+        native.disable()
+
+
+@requires_backend
+def test_bfloat16_matches_the_float32_reference() -> None:
+    assert native.enable()
+    _dispatch.HOOK.force = True
+    try:
+        torch.manual_seed(0)
+        x = torch.randn(2, 16, 12, 12)
+        w = torch.randn(16, 16, 3, 3) / 12
+        out = PF.conv2d(x.bfloat16(), w.bfloat16(), None, 2, "same")
+        assert out.dtype == torch.bfloat16
+        ref = F.conv2d(F.pad(x.bfloat16().float(), [0, 1, 0, 1]), w.bfloat16().float(), None, 2)
+        torch.testing.assert_close(out.float(), ref, rtol=2e-2, atol=2e-2)
+        pooled = PF.max_pool2d(x.bfloat16(), 3, 2, "same")
+        xp = F.pad(x.bfloat16().float(), [0, 1, 0, 1], value=-float("inf"))
+        _close(pooled.float(), F.max_pool2d(xp, 3, 2))
+    finally:
+        _dispatch.HOOK.force = False
+        native.disable()
+
+
+# ----------------------------------------------------------------------------- dispatch
+
+
+@requires_backend
+def test_tracing_and_compiling_take_the_torch_plans() -> None:
+    assert native.enable()
+    _dispatch.HOOK.force = True
+    try:
+        conv = pnn.Conv2d(4, 4, 3, stride=2, padding="same").eval()
+        x = torch.randn(1, 4, 9, 8)
+        # fullgraph: a call into the library (ctypes) while dynamo traces would break the graph
+        compiled = torch.compile(conv, backend="eager", fullgraph=True)
+        _close(compiled(x), conv(x))
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            assert PF.conv2d(x, conv.weight, None, 2, "same").dtype == torch.bfloat16
+        # vmap: functorch-wrapped tensors never reach the library
+        ws = torch.randn(3, 4, 4, 3, 3)
+        batched = torch.vmap(lambda w: PF.conv2d(x, w, None, 2, "same"))(ws)
+        for i in range(3):
+            _close(batched[i], F.conv2d(F.pad(x, [0, 1, 1, 1]), ws[i], None, 2))
+    finally:
+        _dispatch.HOOK.force = False
+        native.disable()
+
+
+@requires_backend
+def test_threads_follow_torch() -> None:
+    assert native.enable()
+    _dispatch.HOOK.force = True
+    gomp = [
+        line.split()[-1]
+        for line in Path("/proc/self/maps").read_text().splitlines()
+        if "libgomp" in line
+    ]
+    assert len(set(gomp)) == 1, f"two OpenMP runtimes in one process: {sorted(set(gomp))}"
+    omp = ctypes.CDLL(gomp[0])
+    before = torch.get_num_threads()
+    try:
+        x, w = torch.randn(1, 16, 9, 9), torch.randn(16, 16, 3, 3)
+        for n in (2, 1):
+            torch.set_num_threads(n)
+            PF.conv2d(x, w, None, 2, "same")
+            assert omp.omp_get_max_threads() == n
+    finally:
+        torch.set_num_threads(before)
+        _dispatch.HOOK.force = False
+        native.disable()
+
+
+@requires_backend
+def test_planner_keeps_torch_where_the_backend_loses() -> None:
+    """The policy's measured choices (docs/performance.md)."""
+    from padkit.native import _policy
+
+    x = torch.randn(1, 64, 4096)
+    w = torch.randn(64, 64, 3)
+    # causal dilated convs: oneDNN leaves its direct kernel for pads like (8, 0)
+    assert not _policy.conv("residual_pad", x, w, 1, ((8, 0),), (4,))
+    assert not _policy.conv("residual_pad", x, w, 1, ((2, 0),), (1,))
+    # ... but its backward passes win in training
+    assert _policy.conv("residual_pad", x, w, 1, ((8, 0),), (4,), training=True)
+    dense = torch.randn(128, 128, 3, 3)
+    x2 = torch.randn(1, 128, 56, 56)
+    assert _policy.conv("residual_pad", x2, dense, 1, ((0, 1), (0, 1)), (1, 1))
+    assert not _policy.conv("native", x2, dense, 1, ((1, 1), (1, 1)), (1, 1))
+    conv = pnn.Conv1d(4, 4, 3, padding="causal", dilation=4)
+    assert native.enable()
+    try:
+        x1 = torch.randn(1, 4, 50, requires_grad=True)
+        assert _ran_native(conv(x1))
+        with torch.no_grad():
+            _close(conv(x1), F.conv1d(F.pad(x1, [8, 0]), conv.weight, conv.bias, 1, 0, 4))
+        x2 = torch.randn(1, 4, 8, 8, requires_grad=True)
+        assert _ran_native(PF.conv2d(x2, torch.randn(4, 4, 3, 3), None, 2, "same"))
+        # where oneDNN has only reference loops for a pass (depthwise 5x5 backward in
+        # NCHW: 27x slower), the torch plan runs; inference still takes the backend
+        x5 = torch.randn(1, 144, 56, 56, requires_grad=True)
+        w5 = torch.randn(144, 1, 5, 5, requires_grad=True)
+        assert not _ops.conv_is_fast(
+            x5, w5, None, (2, 2), (1, 1), ((1, 2), (1, 2)), 144, training=True
+        )
+        assert not _ran_native(PF.conv2d(x5, w5, None, 2, "same", 1, 144))
+        with torch.no_grad():
+            y = PF.conv2d(x5, w5, None, 2, "same", 1, 144)
+        _close(y, F.conv2d(F.pad(x5, [1, 2, 1, 2]), w5, None, 2, 0, 1, 144))
+    finally:
+        native.disable()
+
+
+# ----------------------------------------------------------------------------- without it
+
+
+def _run(code: str, **env: str) -> subprocess.CompletedProcess[str]:
+    full = {**os.environ, "PYTHONPATH": str(ROOT), **env}
+    return subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=full,
+        timeout=300,
+    )
+
+
+def test_without_a_compiler_padkit_runs_as_before(tmp_path: Path) -> None:
+    code = (
+        "import torch, torch.nn.functional as F, padkit.native as n, padkit.functional as PF\n"
+        "assert not n.available(), n.info()\n"
+        "assert n.enable(required=False) is False and not n.enabled()\n"
+        "print(n.info()['error'])\n"
+        "x, w = torch.randn(1, 2, 7, 7), torch.randn(3, 2, 3, 3)\n"
+        "ref = F.conv2d(F.pad(x, [1, 1, 1, 1]), w, None, 2)\n"
+        "assert torch.allclose(PF.conv2d(x, w, None, 2, 'same'), ref, atol=1e-6)\n"
+    )
+    res = _run(code, CXX=str(tmp_path / "no-such-compiler"), PADKIT_NATIVE_CACHE=str(tmp_path))
+    assert res.returncode == 0, res.stderr
+    # on Linux x86-64 (the extra installed) the compiler is what is missing
+    assert res.stdout.strip() not in ("", "None")
+    if requires_backend.args[0] is False:
+        assert "compiling the native backend failed" in res.stdout, res.stdout
+
+
+def test_without_onednn_the_error_says_what_to_install(tmp_path: Path) -> None:
+    res = _run(
+        "import padkit.native as n\nn.load()",
+        PADKIT_ONEDNN_ROOT=str(tmp_path),
+        PADKIT_NATIVE_CACHE=str(tmp_path),
+    )
+    assert res.returncode != 0
+    assert "PADKIT_ONEDNN_ROOT" in res.stderr and "include/oneapi/dnnl/dnnl.hpp" in res.stderr
+
+
+@requires_backend
+def test_environment_variable_turns_it_on() -> None:
+    res = _run(
+        "import padkit.native as n, padkit.functional\nprint(n.enabled())", PADKIT_NATIVE="1"
+    )
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.strip() == "True"
+
+
+@requires_backend
+def test_build_is_cached() -> None:
+    lib = _build.build()
+    assert lib.path.is_file()
+    assert _build.build().path == lib.path
+    assert lib.runtime_version[0] == 3
