@@ -20,7 +20,7 @@ from ..plan import Plan
 from . import _ops, _policy
 
 Pairs = tuple[tuple[int, int], ...]
-FastFn = Callable[[Any, Tensor], Any]
+FastFn = Callable[[Tensor], Any]
 
 _TYPES = (Tensor, nn.Parameter)
 
