@@ -21,7 +21,7 @@ holding their layers has imported them).
 
 from ._common import PORT_TARGETS, Change, Skip, SurgeryError, SurgeryReport
 from .convert import convert
-from .dilate import LatticeGate, dilate
+from .dilate import LatticeGate, dilate, dilation_error
 
 __all__ = [
     "PORT_TARGETS",
@@ -32,4 +32,5 @@ __all__ = [
     "SurgeryReport",
     "convert",
     "dilate",
+    "dilation_error",
 ]
