@@ -415,9 +415,9 @@ class _Dilation:
                 padding=Padding(tuple((0, e) for e in overhang)),
                 count_include_pad=False,
             )
-            flat = [p for lo_hi in reversed(counted) for p in lo_hi]
+            flat: Any = tuple(p for lo_hi in reversed(counted) for p in lo_hi)
             pad_cls = (nn.ConstantPad1d, nn.ConstantPad2d, nn.ConstantPad3d)[layer.nd - 1]
-            return nn.Sequential(pad_cls(tuple(flat), 0.0), _build(pool, old))
+            return nn.Sequential(pad_cls(flat, 0.0), _build(pool, old))
         return _build(layer, old)
 
     def transform(
@@ -848,7 +848,7 @@ def dilate(
 def _copy(model: nn.Module) -> nn.Module:
     """A deep copy in the original's train/eval modes (a GraphModule's copy resets them)."""
     out = copy.deepcopy(model)
-    for (path, a), (_, b) in zip(model.named_modules(), out.named_modules()):
+    for a, b in zip(model.modules(), out.modules()):
         b.training = a.training
     return out
 
