@@ -9,8 +9,8 @@ PyTorch-style model to TF ``SAME`` to run weights trained in TF/Keras, or a TF p
 to symmetric padding) and reports every layer whose numbers change.
 
 :func:`dilate` turns a CNN of output stride 32 into one of output stride 16 or 8 by
-replacing strides with dilations. It traces the model (two forwards on the ``meta``
-device) rather than matching classes, fixes every padding and every global read this
+replacing strides with dilations. It traces the model (two forwards on small random
+inputs) rather than matching classes, fixes every padding and every global read this
 affects, and so makes the a-trous identity hold exactly: in eval mode each output of the
 dilated model, subsampled at its lattice, equals the original's. :func:`dilation_error`
 measures that on an input.

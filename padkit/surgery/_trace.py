@@ -1,16 +1,15 @@
 """surgery's lattice tracer: every module and tensor function a forward calls, with strides.
 
-The model runs twice on the ``meta`` device (no arithmetic, no memory for activations), on
-inputs of spatial size ``PROBE`` and ``PROBE + STEP``. The dims of a tensor whose sizes
-differ between the two runs are its spatial axes, and ``STEP / (difference)`` is the stride
-of that axis relative to the input: exact for any conv or pool whose strides divide
-``STEP``, whatever its padding or ceil mode. Nothing is matched by class: a module is known
-by what it calls.
+The model runs twice, in eval mode and without gradients, on small random inputs of
+spatial size ``PROBE`` and ``PROBE + STEP`` (its modes are restored afterwards). The dims
+of a tensor whose sizes differ between the two runs are its spatial axes, and
+``STEP / (difference)`` is the stride of that axis relative to the input: exact for any
+conv or pool whose strides divide ``STEP``, whatever its padding or ceil mode. Nothing is
+matched by class: a module is known by what it calls.
 """
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -22,8 +21,8 @@ from torch.overrides import TorchFunctionMode
 
 from ._common import SurgeryError
 
-PROBE = 128
-STEP = 128
+PROBE = 64
+STEP = 64
 
 Shape = tuple[int, ...]
 
@@ -190,51 +189,60 @@ class _Recorder(TorchFunctionMode):
     _open: list[Event | None]
 
 
-def _probe(shape: Shape, extra: int, dtype: torch.dtype) -> Tensor:
+def _probe(shape: Shape, extra: int, like: Tensor | None) -> Tensor:
     grown = (*shape[:2], *(n + extra for n in shape[2:]))
-    return torch.empty(grown, device="meta", dtype=dtype)
+    if like is None:
+        return torch.randn(grown, generator=torch.Generator().manual_seed(0))
+    g = torch.Generator(like.device).manual_seed(0)
+    return torch.randn(grown, generator=g, device=like.device, dtype=like.dtype)
 
 
 def record(
     model: nn.Module,
     shape: Shape,
     opaque: Callable[[nn.Module], bool],
-    dtype: torch.dtype = torch.float32,
+    like: Tensor | None = None,
 ) -> list[Event]:
-    """Run a meta copy of ``model`` on an input of ``shape`` and on one ``STEP`` larger per
-    spatial axis; return the merged events (``ins``/``outs`` hold both runs' shapes).
-    Nothing is recorded inside a module for which ``opaque`` is true, except its call."""
+    """Run ``model`` on a random input of ``shape`` and on one ``STEP`` larger per spatial
+    axis (on ``like``'s device and dtype); return the merged events (``ins``/``outs`` hold
+    both runs' shapes). Nothing is recorded inside a module for which ``opaque`` is true,
+    except its call."""
     runs: list[list[Event]] = []
-    for extra in (0, STEP):
-        meta = copy.deepcopy(model).to("meta").eval()
-        rec = _Recorder(opaque)
-        rec._open = []
-        handles = rec.hooks(meta)
-        try:
-            with torch.no_grad(), rec:
-                meta(_probe(shape, extra, dtype))
-        except SurgeryError:
-            raise
-        except Exception as exc:
-            raise SurgeryError(
-                f"dilate(): the model does not run on a probe of shape "
-                f"{tuple(_probe(shape, extra, dtype).shape)} on the meta device "
-                f"({type(exc).__name__}: {exc}); padkit traces its strides that way"
-            ) from exc
-        finally:
-            for h in handles:
-                h.remove()
-        runs.append(rec.events)
+    modes = [(m, m.training) for m in model.modules()]
+    try:
+        model.eval()
+        for extra in (0, STEP):
+            rec = _Recorder(opaque)
+            rec._open = []
+            handles = rec.hooks(model)
+            x = _probe(shape, extra, like)
+            try:
+                with torch.no_grad(), rec:
+                    model(x)
+            except SurgeryError:
+                raise
+            except Exception as exc:
+                raise SurgeryError(
+                    f"the model does not run on a probe of shape {tuple(x.shape)} "
+                    f"({type(exc).__name__}: {exc}); padkit traces its strides that way"
+                ) from exc
+            finally:
+                for h in handles:
+                    h.remove()
+            runs.append(rec.events)
+    finally:
+        for m, training in modes:
+            m.training = training
     first, second = runs
     if [(e.kind, e.path, e.name) for e in first] != [(e.kind, e.path, e.name) for e in second]:
         raise SurgeryError(
-            "dilate(): the model calls other modules or functions at other input sizes; "
+            "the model calls other modules or functions at other input sizes; "
             "its strides cannot be traced"
         )
     for a, b in zip(first, second):
         if len(a.ins[0]) != len(b.ins[0]) or len(a.outs[0]) != len(b.outs[0]):
             raise SurgeryError(
-                f"dilate(): {a.path or '<root>'!r} passes other tensors at other input sizes; "
+                f"{a.path or '<root>'!r} passes other tensors at other input sizes; "
                 "its strides cannot be traced"
             )
         a.ins.append(b.ins[0])

@@ -664,8 +664,9 @@ _State = tuple[tuple[int, ...], tuple[int, ...]]  # (input stride, lattice facto
 # ----------------------------------------------------------------------------- the probe
 
 
-def _probe_shape(model: nn.Module) -> tuple[tuple[int, ...], torch.dtype]:
-    """(1, channels, PROBE, ...) from the first conv in the model, and its dtype."""
+def _probe_like(model: nn.Module) -> tuple[tuple[int, ...], Tensor]:
+    """(1, channels, PROBE, ...) from the first conv in the model, and its weight (for the
+    device and dtype of the probe)."""
     for module in model.modules():
         m: Any = module
         if isinstance(module, nn.modules.conv._ConvNd) or _layer(module) is not None:
@@ -673,7 +674,7 @@ def _probe_shape(model: nn.Module) -> tuple[tuple[int, ...], torch.dtype]:
             weight = getattr(m, "weight", None)
             if isinstance(channels, int) and isinstance(weight, Tensor):
                 nd = weight.dim() - 2
-                return (1, channels, *([PROBE] * nd)), weight.dtype
+                return (1, channels, *([PROBE] * nd)), weight
     raise SurgeryError(
         f"dilate(): {type(model).__name__} holds no convolution to take the input's channels "
         "from; dilate works on convolutional networks"
@@ -711,12 +712,15 @@ def _reachable(events: list[Event], model: nn.Module) -> tuple[list[int], int]:
 
 
 def _trace(model: nn.Module, gate_kinds: dict[type, Any]) -> list[Event]:
-    shape, dtype = _probe_shape(model)
+    shape, like = _probe_like(model)
 
     def opaque(m: nn.Module) -> bool:
         return _layer(m) is not None or type(m) in gate_kinds
 
-    return record(model, shape, opaque, dtype)
+    try:
+        return record(model, shape, opaque, like)
+    except SurgeryError as exc:
+        raise SurgeryError(f"dilate(): {exc}") from None
 
 
 # ----------------------------------------------------------------------------- dilate
@@ -731,7 +735,7 @@ def dilate(
 ) -> tuple[nn.Module, SurgeryReport]:
     """Trade the later strides of a CNN for dilation, exactly (the a-trous identity).
 
-    The model is traced (two forwards on the ``meta`` device, which computes nothing): every
+    The model is traced (two forwards without gradients on small random inputs): every
     module and every tensor function it calls is recorded with the stride of the tensors it
     sees. Once the stride reaches ``output_stride``, each later stride ``s`` of a conv or pool
     module becomes 1 and multiplies the lattice factor ``f`` of everything after it; every
@@ -863,8 +867,8 @@ def dilation_error(original: nn.Module, dilated: nn.Module, x: Tensor) -> float:
     Both models run on ``x`` (without gradients, in their current mode: use eval mode).
     Each output tensor of ``dilated`` (a tensor, or the tensors in a list, tuple or dict) is
     subsampled at ``::r`` from offset 0 along each spatial axis, where ``r`` is the
-    original's stride of that output over the dilated one's (traced on the ``meta``
-    device), and compared with the original's output. The result is the largest
+    original's stride of that output over the dilated one's (traced on two small inputs),
+    and compared with the original's output. The result is the largest
     ``max |dilated_sub - original| / max |original|`` over the outputs: about 1e-7 to 1e-6
     in float32 for an exact dilation.
 
@@ -894,10 +898,13 @@ def dilation_error(original: nn.Module, dilated: nn.Module, x: Tensor) -> float:
             f"dilation_error(): x must be a tensor of shape (batch, channels, *spatial), got "
             f"{type(x).__name__} {tuple(getattr(x, 'shape', ()))}"
         )
-    shape = tuple(x.shape)
+    shape = (*x.shape[:2], *([PROBE] * (x.dim() - 2)))
 
     def output_strides(model: nn.Module) -> list[dict[int, Fraction]]:
-        (root, *_) = record(model, shape, lambda m: True, x.dtype)
+        try:
+            (root, *_) = record(model, shape, lambda m: True, x)
+        except SurgeryError as exc:
+            raise SurgeryError(f"dilation_error(): {exc}") from None
         return [strides(a, b) for a, b in zip(root.outs[0], root.outs[1])]
 
     before, after = output_strides(original), output_strides(dilated)
