@@ -460,8 +460,10 @@ def test_dilation_error_is_the_subsampled_difference() -> None:
 # (count_include_pad=True with no pads), SE through AdaptiveAvgPool2d in a SequentialEx
 
 
-def test_fastai_xresnet18() -> None:
-    check_any(xresnet.xresnet18())
+@pytest.mark.parametrize("name", ["xresnet18", "xresnet18_deep"])
+def test_fastai_xresnet18(name: str) -> None:
+    """xresnet18_deep has two more stages: output stride 128, traced as such."""
+    check_any(getattr(xresnet, name)())
 
 
 def test_fastai_xse_resnext18() -> None:

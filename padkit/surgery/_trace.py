@@ -22,7 +22,7 @@ from torch.overrides import TorchFunctionMode
 from ._common import SurgeryError
 
 PROBE = 64
-STEP = 64
+STEP = 256
 
 Shape = tuple[int, ...]
 

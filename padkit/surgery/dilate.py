@@ -260,10 +260,6 @@ def _lattice(x: Tensor, spec: tuple[tuple[int, int], ...]) -> Tensor:
     return x[tuple(index)]
 
 
-def _join(path: str, name: str) -> str:
-    return f"{path}.{name}" if path else name
-
-
 _SAME_HINT = "; a timm 'same' layer pads per input size, which no static padding reproduces"
 _HINTS: dict[str, str] = {
     "AvgPool2dSame": (
