@@ -633,3 +633,16 @@ def test_own_cnn_refusals(tail: str, why: str) -> None:
         dilate(model, 4)
     if tail != "pool":  # at the stride the code sees, nothing changes: accepted
         dilate(model, 8)
+
+
+def test_dilating_twice() -> None:
+    """A dilated model without global reads can be dilated further; one whose pools read
+    an earlier lattice is refused, with the way out."""
+    torch.manual_seed(0)
+    encoder = randomize_bn(smp.encoders.get_encoder("resnet18", weights=None))
+    twice, _ = dilate(dilate(encoder, 16)[0], 8)
+    x = torch.randn(1, 3, 70, 75)
+    assert dilation_error(encoder, twice, x) <= REL
+    os16, _ = dilate(timm_model("resnet18d"), 16)
+    with pytest.raises(SurgeryError, match=r"'global_pool\.pool'.*dilate the original model"):
+        dilate(os16, 8)

@@ -312,9 +312,13 @@ class _Dilation:
     def refuse(self, path: str, why: str) -> SurgeryError:
         module = self.module(path)
         name = type(module).__name__
-        return SurgeryError(
-            f"dilate(): cannot handle {path or '<root>'!r} ({name}): {why}{_HINTS.get(name, '')}"
-        )
+        hint = _HINTS.get(name, "")
+        if isinstance(module, LatticeGate) or _reads_lattice(module):
+            hint = (
+                "; it reads the lattice of an earlier dilate(), whose factor padkit does not "
+                "rescale: dilate the original model to the new output stride instead"
+            )
+        return SurgeryError(f"dilate(): cannot handle {path or '<root>'!r} ({name}): {why}{hint}")
 
     def run(self, events: list[Event]) -> None:
         for event in events:
@@ -640,6 +644,13 @@ class _Dilation:
             f"reads the a-trous lattice before: {ops}",
         )
         return traced, change
+
+
+def _reads_lattice(module: nn.Module) -> bool:
+    """Whether ``module`` is a traced copy made by an earlier :func:`dilate`."""
+    graph = getattr(module, "graph", None)
+    nodes = getattr(graph, "nodes", ())
+    return any(getattr(n, "target", None) is _lattice for n in nodes)
 
 
 def _sizes(t: _Tensors) -> str:
