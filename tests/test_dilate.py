@@ -177,6 +177,7 @@ STEM_POOLS = {
     # no pads: torch never counts the overhang (fastai's ResBlock shortcut pool)
     "avg 2/2 ceil incl": lambda: nn.AvgPool2d(2, 2, ceil_mode=True),
     "avg 3/2 ceil incl": lambda: nn.AvgPool2d(3, 2, ceil_mode=True),
+    "lp 3/2": lambda: nn.LPPool2d(2, 3, 2),
 }
 
 
