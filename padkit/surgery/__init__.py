@@ -8,10 +8,12 @@ same weights. With ``padding=...`` it also switches the model's padding conventi
 PyTorch-style model to TF ``SAME`` to run weights trained in TF/Keras, or a TF port back
 to symmetric padding) and reports every layer whose numbers change.
 
-:func:`dilate` turns a ResNet-family backbone of output stride 32 into one of output
-stride 16 or 8 by replacing strides with dilations, and fixes every padding this affects
-so that the a-trous identity holds exactly: in eval mode the dilated model's last feature
-map, subsampled at the original stride, equals the original model's.
+:func:`dilate` turns a CNN of output stride 32 into one of output stride 16 or 8 by
+replacing strides with dilations. It traces the model (two forwards on small random
+inputs) rather than matching classes, fixes every padding and every global read this
+affects, and so makes the a-trous identity hold exactly: in eval mode each output of the
+dilated model, subsampled at its lattice, equals the original's. :func:`dilation_error`
+measures that on an input.
 
 Both return ``(model, report)``; the model is a copy unless ``inplace=True``, and its
 ``state_dict`` has the original's keys and shapes. torch is the only dependency: timm and
@@ -21,7 +23,7 @@ holding their layers has imported them).
 
 from ._common import PORT_TARGETS, Change, Skip, SurgeryError, SurgeryReport
 from .convert import convert
-from .dilate import LatticeGate, dilate
+from .dilate import LatticeGate, dilate, dilation_error
 
 __all__ = [
     "PORT_TARGETS",
@@ -32,4 +34,5 @@ __all__ = [
     "SurgeryReport",
     "convert",
     "dilate",
+    "dilation_error",
 ]

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import copy
+import functools
 from collections.abc import Sequence
 from dataclasses import replace
+from fractions import Fraction
 from typing import Any, ClassVar
 
+import torch
 from torch import Tensor, nn
 
 from ..spec import (
@@ -26,9 +29,8 @@ from ._common import (
     _layer,
     _paths_by_id,
     _replace,
-    _timm_same_convs,
-    _timm_same_pools,
 )
+from ._trace import PROBE, Event, Shape, _name, _tensors, record, strides
 
 # ----------------------------------------------------------------------------- dilate
 
@@ -112,227 +114,270 @@ class LatticeGate(nn.Module):
         return f"kind={self.kind!r}, lattice={self.factor}"
 
 
-_POINTWISE: tuple[type, ...] = (
-    nn.BatchNorm2d,
-    nn.SyncBatchNorm,
-    nn.Identity,
-    nn.ReLU,
-    nn.ReLU6,
-    nn.LeakyReLU,
-    nn.PReLU,
-    nn.ELU,
-    nn.SELU,
-    nn.CELU,
-    nn.GELU,
-    nn.SiLU,
-    nn.Mish,
-    nn.Hardswish,
-    nn.Hardsigmoid,
-    nn.Hardtanh,
-    nn.Sigmoid,
-    nn.Tanh,
-    nn.Softplus,
-    nn.Dropout,
-    nn.Dropout2d,
-)
-
-# block class (module, name) -> (residual branch in order, shortcut, after the sum)
-_BLOCKS: dict[tuple[str, str], tuple[tuple[str, ...], str, tuple[str, ...]]] = {
-    ("torchvision.models.resnet", "BasicBlock"): (
-        ("conv1", "bn1", "relu", "conv2", "bn2"),
-        "downsample",
-        ("relu",),
-    ),
-    ("torchvision.models.resnet", "Bottleneck"): (
-        ("conv1", "bn1", "relu", "conv2", "bn2", "relu", "conv3", "bn3"),
-        "downsample",
-        ("relu",),
-    ),
-    ("timm.models.resnet", "BasicBlock"): (
-        ("conv1", "bn1", "drop_block", "act1", "aa", "conv2", "bn2", "se", "drop_path"),
-        "downsample",
-        ("act2",),
-    ),
-    ("timm.models.resnet", "Bottleneck"): (
-        (
-            "conv1",
-            "bn1",
-            "act1",
-            "conv2",
-            "bn2",
-            "drop_block",
-            "act2",
-            "aa",
-            "conv3",
-            "bn3",
-            "se",
-            "drop_path",
-        ),
-        "downsample",
-        ("act3",),
-    ),
-}
-# model class -> (stem in order, stages in order, head: left alone)
-_ROOTS: dict[tuple[str, str], tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]] = {
-    ("torchvision.models.resnet", "ResNet"): (
-        ("conv1", "bn1", "relu", "maxpool"),
-        ("layer1", "layer2", "layer3", "layer4"),
-        ("avgpool", "fc"),
-    ),
-    ("timm.models.resnet", "ResNet"): (
-        ("conv1", "bn1", "act1", "maxpool"),
-        ("layer1", "layer2", "layer3", "layer4"),
-        ("global_pool", "fc"),
-    ),
-}
 _GATES: dict[tuple[str, str], str] = {
     ("timm.layers.squeeze_excite", "SEModule"): "se",
     ("timm.layers.squeeze_excite", "EffectiveSEModule"): "ese",
     ("timm.layers.eca", "EcaModule"): "eca",
 }
-_SUPPORTED = (
-    "dilate supports torchvision ResNet/ResNeXt/Wide-ResNet and timm ResNet-family models "
-    "(BasicBlock/Bottleneck, -D average-pool shortcuts, SE/ECA gates) built of torch or padkit "
-    "convs and pools"
+_GATE_MODES = ("lattice", "dense")
+
+# ----------------------------------------------------------------------------- what mixes positions
+
+#: position-wise besides torch's pointwise-tagged ops (in eval mode dropout is the identity)
+_POSITIONWISE = frozenset(
+    {
+        "hardswish",
+        "prelu",
+        "rrelu",
+        "selu",
+        "celu",
+        "softsign",
+        "tanhshrink",
+        "logsigmoid",
+        "hardshrink",
+        "softshrink",
+        "dropout",
+        "dropout1d",
+        "dropout2d",
+        "dropout3d",
+        "alpha_dropout",
+        "feature_alpha_dropout",
+        "bernoulli",
+        "linear",  # on a channels-last map: mixes the last dim, checked not to be spatial
+    }
+)
+#: layout and copies: position-wise as long as every spatial axis keeps its sizes
+_LAYOUT = frozenset(
+    {
+        "reshape",
+        "view",
+        "view_as",
+        "reshape_as",
+        "permute",
+        "transpose",
+        "movedim",
+        "flatten",
+        "unflatten",
+        "unsqueeze",
+        "squeeze",
+        "expand",
+        "expand_as",
+        "chunk",
+        "split",
+        "tensor_split",
+        "unbind",
+        "cat",
+        "concat",
+        "concatenate",
+        "stack",
+        "contiguous",
+        "clone",
+        "detach",
+        "to",
+        "float",
+        "double",
+        "half",
+        "bfloat16",
+        "type",
+        "type_as",
+        "getitem",
+        "new_empty",
+        "new_zeros",
+        "new_ones",
+        "new_full",
+        "empty_like",
+        "zeros_like",
+        "ones_like",
+        "full_like",
+        "requires_grad",
+    }
+)
+#: reductions that read the lattice exactly once their spatial input is subsampled
+_LATTICE_READS = frozenset(
+    {
+        "mean",
+        "sum",
+        "nansum",
+        "nanmean",
+        "amax",
+        "amin",
+        "max",
+        "min",
+        "std",
+        "var",
+        "logsumexp",
+        "norm",
+        "prod",
+        "argmax",
+        "argmin",
+        "adaptive_avg_pool1d",
+        "adaptive_avg_pool2d",
+        "adaptive_avg_pool3d",
+        "adaptive_max_pool1d",
+        "adaptive_max_pool2d",
+        "adaptive_max_pool3d",
+    }
+)
+_DUNDER = {"truediv": "div", "floordiv": "floor_divide", "mod": "remainder", "and": "bitwise_and"}
+
+
+def _base(name: str) -> str:
+    """``'__radd__'`` -> ``'add'``, ``'mul_'`` -> ``'mul'``, ``'_adaptive_max_pool2d'``..."""
+    if name.startswith("__") and name.endswith("__"):
+        name = name[2:-2]
+        if name not in ("getitem",) and name[:1] in ("r", "i") and name[1:] in _DUNDER_NAMES:
+            name = name[1:]
+        name = _DUNDER.get(name, name)
+    name = name.strip("_")
+    if name.endswith("_with_indices"):
+        name = name[: -len("_with_indices")]
+    return name
+
+
+_DUNDER_NAMES = frozenset(
+    {"add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "and", "or", "xor", "matmul"}
 )
 
 
-def _known(table: dict[tuple[str, str], Any]) -> dict[type, Any]:
-    found: dict[type, Any] = {}
-    for (module_name, name), value in table.items():
-        for cls in _classes(module_name, name):
-            found[cls] = value
-    return found
+@functools.cache
+def _pointwise(name: str) -> bool:
+    if name in _POSITIONWISE:
+        return True
+    packet = getattr(torch.ops.aten, name, None)
+    if packet is None or not hasattr(packet, "overloads"):
+        return False
+    try:
+        return any(torch.Tag.pointwise in getattr(packet, o).tags for o in packet.overloads())
+    except (AttributeError, RuntimeError):  # pragma: no cover - an odd registration
+        return False
 
 
-def _join(path: str, name: str) -> str:
-    return f"{path}.{name}" if path else name
+def _lattice(x: Tensor, spec: tuple[tuple[int, int], ...]) -> Tensor:
+    """``x`` subsampled at ``::f`` along each ``(dim, f)`` of ``spec``: the a-trous lattice."""
+    index: list[Any] = [slice(None)] * x.dim()
+    for dim, f in spec:
+        index[dim] = slice(None, None, f)
+    return x[tuple(index)]
 
 
-_State = tuple[tuple[int, ...], tuple[int, ...]]  # (actual stride, lattice factor) per axis
+_SAME_HINT = "; a timm 'same' layer pads per input size, which no static padding reproduces"
+_HINTS: dict[str, str] = {
+    "AvgPool2dSame": (
+        "; this is timm's own dilated average downsample, which is not exact: build the "
+        "model at output stride 32 and dilate that"
+    ),
+    "Conv2dSame": _SAME_HINT,
+    "MaxPool2dSame": _SAME_HINT,
+}
+
+
+class _Tensors:
+    """The strides of the tensors of one event (both runs), and their lattice factors."""
+
+    def __init__(self, first: list[Shape], second: list[Shape], output_stride: int) -> None:
+        self.shapes = first
+        self.strides = [strides(a, b) for a, b in zip(first, second)]
+        self.sizes = [
+            sorted((a[d], b[d]) for d in st) for a, b, st in zip(first, second, self.strides)
+        ]
+        self.factors = [
+            {d: max(Fraction(1), a / output_stride) for d, a in st.items()} for st in self.strides
+        ]
+
+    def dilated(self) -> bool:
+        return any(f > 1 for fs in self.factors for f in fs.values())
+
+    def largest(self) -> Fraction:
+        return max((f for fs in self.factors for f in fs.values()), default=Fraction(1))
 
 
 class _Dilation:
-    """One walk of a ResNet in data-flow order, tracking the actual stride and the a-trous
-    lattice factor per axis, and planning the replacement of every layer they affect."""
+    """Plans a dilation from one traced forward: which modules change, and how."""
 
-    def __init__(self, root: nn.Module, output_stride: int | None, gates: str) -> None:
+    def __init__(self, root: nn.Module, output_stride: int, gates: str) -> None:
         self.root = root
-        self.output_stride = output_stride
+        self.os = output_stride
         self.gates = gates
-        self.blocks = _known(_BLOCKS)
         self.gate_kinds = _known(_GATES)
-        timm_pointwise = _classes("timm.layers.drop", "DropPath", "DropBlock2d")
-        self.pointwise = (*_POINTWISE, *timm_pointwise)
-        self.by_id = _paths_by_id(root)
-        self.points: list[int] = []
-        self.plans: dict[int, tuple[nn.Module, Change]] = {}
-        self.states: dict[int, _State] = {}
-        self.outputs: dict[str, int] = {}
-        self.dense_gates: list[str] = []
+        self.plans: dict[str, tuple[nn.Module, Change]] = {}
+        self.states: dict[str, _State] = {}
+        self.reads: dict[tuple[str, int], dict[int, tuple[tuple[int, int], ...]]] = {}
+        self.read_names: dict[tuple[str, int], list[str]] = {}
+        self.dense_reads: list[str] = []
+        self.strides_out: dict[str, int] = {}
 
-    def refuse(self, path: str, module: nn.Module, why: str) -> SurgeryError:
-        return SurgeryError(
-            f"dilate(): cannot handle {path or '<root>'!r} ({type(module).__name__}): {why}. "
-            f"{_SUPPORTED}"
-        )
+    def module(self, path: str) -> nn.Module:
+        return self.root.get_submodule(path)
 
-    def run(self) -> _State:
-        spec = _known(_ROOTS).get(type(self.root))
-        if spec is None:
-            raise self.refuse("", self.root, "not a torchvision or timm ResNet")
-        stem, stages, head = spec
-        for name in self.root._modules:
-            if name not in (*stem, *stages, *head):
-                raise self.refuse(
-                    name, self.root._modules[name] or nn.Identity(), "unexpected child"
-                )
-        st: _State = ((1, 1), (1, 1))
-        for name in (*stem, *stages):
-            st = self.visit(name, self.root._modules.get(name), st)
-            self.outputs[name] = st[0][0]
-        return st
+    def refuse(self, path: str, why: str) -> SurgeryError:
+        module = self.module(path)
+        name = type(module).__name__
+        hint = _HINTS.get(name, "")
+        if isinstance(module, LatticeGate) or _reads_lattice(module):
+            hint = (
+                "; it reads the lattice of an earlier dilate(), whose factor padkit does not "
+                "rescale: dilate the original model to the new output stride instead"
+            )
+        return SurgeryError(f"dilate(): cannot handle {path or '<root>'!r} ({name}): {why}{hint}")
 
-    def visit(self, path: str, module: nn.Module | None, st: _State) -> _State:
-        if module is None:
-            return st
-        t = type(module)
-        if t is nn.Sequential:
-            for name, child in module._modules.items():
-                st = self.visit(_join(path, name), child, st)
-            return st
-        block = self.blocks.get(t)
-        if block is not None:
-            return self.block(path, module, block, st)
+    def run(self, events: list[Event]) -> None:
+        for event in events:
+            if event.kind == "module":
+                self.on_module(event)
+            else:
+                self.on_function(event)
+
+    # --------------------------------------------------------------------- modules
+
+    def on_module(self, event: Event) -> None:
+        module = self.module(event.path)
+        ins = _Tensors(event.ins[0], event.ins[1], self.os)
+        outs = _Tensors(event.outs[0], event.outs[1], self.os)
+        if outs.strides and outs.strides[0]:
+            a = max(outs.strides[0].values())
+            f = max(outs.factors[0].values())
+            if a.denominator == 1 and f.denominator == 1:
+                self.strides_out.setdefault(event.path, int(a // f))
         layer = _layer(module)
         if layer is not None:
-            return self.spatial(path, module, layer, st)
-        if t in self.pointwise:
-            m: Any = module
-            if isinstance(module, nn.BatchNorm2d) and m.running_mean is None:
-                raise self.refuse(path, module, "it normalises with batch statistics")
-            return st
-        if t.__module__.startswith("timm.layers.activations"):
-            return st
-        kind = self.gate_kinds.get(t)
-        if kind is not None:
-            self.gate(path, module, kind, st)
-            return st
-        if t in _timm_same_pools() or t in _timm_same_convs():
-            why = "a timm 'same' layer pads per input size"
-            if t.__name__ == "AvgPool2dSame":
-                why += (
-                    " (this is timm's own dilated average downsample, which is not exact: "
-                    "conventions T19); build the model at output stride 32 and dilate that"
-                )
-            raise self.refuse(path, module, why)
-        raise self.refuse(path, module, "not a conv, pool, pointwise layer or known gate")
+            self.layer(event.path, module, layer, ins, outs)
+            return
+        kind = self.gate_kinds.get(type(module))
+        if kind is not None and ins.dilated():
+            self.gate(event.path, module, kind, ins)
 
-    def block(
-        self,
-        path: str,
-        block: nn.Module,
-        spec: tuple[tuple[str, ...], str, tuple[str, ...]],
-        st: _State,
-    ) -> _State:
-        main, shortcut, tail = spec
-        for name, child in block._modules.items():
-            if name not in (*main, shortcut, *tail):
-                raise self.refuse(_join(path, name), child or nn.Identity(), "unexpected child")
-        out = st
-        for name in main:
-            out = self.visit(_join(path, name), block._modules.get(name), out)
-        short = self.visit(_join(path, shortcut), block._modules.get(shortcut), st)
-        if short != out:
-            raise self.refuse(path, block, "its residual branch and shortcut end at other strides")
-        for name in tail:
-            self.visit(_join(path, name), block._modules.get(name), out)
-        return out
-
-    def spatial(self, path: str, module: nn.Module, layer: _Layer, st: _State) -> _State:
-        actual, factor = st
-        if layer.nd != len(actual):
-            raise self.refuse(path, module, f"a {layer.nd}-d layer in a {len(actual)}-d backbone")
-        limit = self.output_stride
+    def layer(
+        self, path: str, module: nn.Module, layer: _Layer, ins: _Tensors, outs: _Tensors
+    ) -> None:
+        if not ins.shapes:
+            return
+        shape, st = ins.shapes[0], ins.strides[0]
+        if len(shape) < layer.nd + 1:
+            raise self.refuse(path, f"a {layer.nd}-d layer called on a tensor of shape {shape}")
+        dims = range(len(shape) - layer.nd, len(shape))
+        actual = tuple(st.get(d) for d in dims)
         convert = tuple(
-            s > 1 and limit is not None and a * s > limit for a, s in zip(actual, layer.stride)
+            s > 1 and a is not None and a * s > self.os for a, s in zip(actual, layer.stride)
         )
-        new_actual = tuple(a if c else a * s for a, s, c in zip(actual, layer.stride, convert))
-        new_factor = tuple(f * s if c else f for f, s, c in zip(factor, layer.stride, convert))
-        if limit is None:
-            self.points.extend(a for a, s in zip(new_actual[:1], layer.stride[:1]) if s > 1)
+        factor_f = tuple(
+            Fraction(1) if a is None else max(Fraction(1), a / self.os) for a in actual
+        )
+        if any(f.denominator != 1 for f in factor_f):  # pragma: no cover - checked before
+            raise self.refuse(path, f"its input strides {actual} are not multiples of the output")
+        factor = tuple(int(f) for f in factor_f)
         if not any(convert) and all(f == 1 for f in factor):
-            return new_actual, new_factor
-        seen = self.states.get(id(module))
+            return
+        state: _State = (tuple(int(a or 0) for a in actual), factor)
+        seen = self.states.get(path)
         if seen is not None:
-            if seen != st:
-                raise self.refuse(path, module, "it is shared by places of other strides")
-            return new_actual, new_factor
-        self.states[id(module)] = st
-        new_layer = self.transform(path, module, layer, factor, convert)
+            if seen != state:
+                raise self.refuse(path, "it is called at places of other strides")
+            return
+        self.states[path] = state
+        new_layer, overhang = self.transform(path, layer, factor, convert)
         if new_layer == layer:
-            return new_actual, new_factor  # a 1x1 stride-1 layer: the same on any grid
-        new = _build(new_layer, module)
+            return  # a 1x1 stride-1 layer: the same on any grid
+        new = self.build(new_layer, module, overhang)
         what = tuple(
             name
             for name, a, b in (
@@ -340,65 +385,85 @@ class _Dilation:
                 ("dilation", layer.dilation, new_layer.dilation),
                 ("padding", layer.static_pairs(), new_layer.static_pairs()),
                 ("ceil_mode", layer.ceil_mode, new_layer.ceil_mode),
+                ("count_include_pad", layer.count_include_pad, new_layer.count_include_pad),
             )
             if a != b
         )
+        new_factor = tuple(f * s if c else f for f, s, c in zip(factor, layer.stride, convert))
         detail = f"on the lattice of factor {factor}"
         if any(convert):
             detail = f"stride -> dilation: lattice factor {factor} -> {new_factor}"
-        self.plans[id(module)] = (
-            new,
-            Change(path, _brief(module, layer), _brief(new, new_layer), what, False, detail),
+        after = (
+            _brief(new, new_layer)
+            if not isinstance(new, nn.Sequential)
+            else (f"zero pad {new_layer.static_pairs()} counted, then {_brief(new[1])}")
         )
-        return new_actual, new_factor
+        self.plans[path] = (new, Change(path, _brief(module, layer), after, what, False, detail))
+
+    def build(self, layer: _Layer, old: nn.Module, overhang: tuple[int, ...]) -> nn.Module:
+        if (
+            layer.kind == "avg"
+            and layer.count_include_pad
+            and layer.divisor_override is None
+            and any(overhang)
+        ):
+            # counted pads and an uncounted overhang: the pads become explicit zeros
+            pairs = layer.static_pairs() or ()
+            counted = tuple((lo, hi - e) for (lo, hi), e in zip(pairs, overhang))
+            pool = replace(
+                layer,
+                padding=Padding(tuple((0, e) for e in overhang)),
+                count_include_pad=False,
+            )
+            flat: Any = tuple(p for lo_hi in reversed(counted) for p in lo_hi)
+            pad_cls = (nn.ConstantPad1d, nn.ConstantPad2d, nn.ConstantPad3d)[layer.nd - 1]
+            return nn.Sequential(pad_cls(flat, 0.0), _build(pool, old))
+        return _build(layer, old)
 
     def transform(
         self,
         path: str,
-        module: nn.Module,
         layer: _Layer,
         factor: tuple[int, ...],
         convert: tuple[bool, ...],
-    ) -> _Layer:
+    ) -> tuple[_Layer, tuple[int, ...]]:
         """The layer on the dilated grid: a stride that becomes 1 multiplies the later
         factors; each pad scales by the factor; a ceil-mode pool's overhang of up to
-        ``s-1`` cells becomes explicit end padding (excluded or never winning)."""
+        ``s-1`` cells becomes explicit end padding (never counted, never winning). Returns
+        the new layer and that overhang per axis."""
         pairs = layer.static_pairs()
         if pairs is None:
-            raise self.refuse(path, module, f"padding {layer.padding.describe()} is not static")
+            raise self.refuse(
+                path, f"its padding {layer.padding.describe()} depends on the input size"
+            )
         if layer.kind == "conv" and layer.padding_mode != "zeros":
             raise self.refuse(
-                path, module, f"padding_mode={layer.padding_mode!r} does not commute with dilation"
+                path,
+                f"padding_mode={layer.padding_mode!r} pads from the dense map's edge, "
+                "not the lattice's",
             )
         if layer.return_indices:
-            raise self.refuse(path, module, "return_indices would index the dilated grid")
+            raise self.refuse(path, "return_indices would index the dilated grid")
         new_pairs = []
+        extras = []
         for (lo, hi), k, s, d, f, c in zip(
             pairs, layer.kernel, layer.stride, layer.dilation, factor, convert
         ):
             extra = 0
-            if layer.kind != "conv" and layer.ceil_mode:
+            if layer.kind != "conv" and layer.ceil_mode and c:
                 k_eff = d * (k - 1) + 1
                 if hi + s - 1 >= k_eff:
                     raise self.refuse(
-                        path, module, "ceil_mode may drop a window that starts in the padding"
+                        path, "ceil_mode may drop a window that starts in the padding"
                     )
-                if c:
-                    if (
-                        layer.kind == "avg"
-                        and layer.count_include_pad
-                        and layer.divisor_override is None
-                    ):
-                        raise self.refuse(
-                            path,
-                            module,
-                            "ceil_mode with count_include_pad=True leaves its overhang "
-                            "uncounted, which no padding reproduces",
-                        )
-                    extra = s - 1
+                extra = s - 1
+            extras.append(f * extra)
             new_pairs.append((f * lo, f * (hi + extra)))
         stride = tuple(1 if c else s for s, c in zip(layer.stride, convert))
-        return replace(
+        count = layer.count_include_pad
+        if layer.kind == "avg" and not any(lo or hi for lo, hi in pairs):
+            count = False  # no pads: torch counts only input cells either way
+        new = replace(
             layer,
             stride=stride,
             dilation=tuple(
@@ -406,23 +471,24 @@ class _Dilation:
             ),
             padding=Padding(tuple(new_pairs)),
             ceil_mode=layer.ceil_mode and any(s > 1 for s in stride),
+            count_include_pad=count,
         )
+        return new, tuple(extras)
 
-    def gate(self, path: str, module: nn.Module, kind: str, st: _State) -> None:
-        factor = st[1]
-        if all(f == 1 for f in factor):
-            return
+    def gate(self, path: str, module: nn.Module, kind: str, ins: _Tensors) -> None:
+        shape, factors = ins.shapes[0], ins.factors[0]
+        factor = tuple(int(factors.get(d, 1)) for d in range(2, len(shape)))
         if self.gates == "dense":
-            self.dense_gates.append(path)
+            self.dense_reads.append(path)
             return
-        seen = self.states.get(id(module))
+        seen = self.states.get(path)
         if seen is not None:
-            if seen != st:
-                raise self.refuse(path, module, "it is shared by places of other strides")
+            if seen[1] != factor:
+                raise self.refuse(path, "it is called at places of other strides")
             return
-        self.states[id(module)] = st
+        self.states[path] = ((), factor)
         new = LatticeGate(module, kind, factor)
-        self.plans[id(module)] = (
+        self.plans[path] = (
             new,
             Change(
                 path,
@@ -434,8 +500,237 @@ class _Dilation:
             ),
         )
 
+    # --------------------------------------------------------------------- functions in code
 
-_GATE_MODES = ("lattice", "dense")
+    def on_function(self, event: Event) -> None:
+        name = _base(event.name)
+        key = (event.path, event.call)
+        ordinal = -1
+        if name in _LATTICE_READS:
+            names = self.read_names.setdefault(key, [])
+            ordinal = len(names)
+            names.append(name)
+        ins = _Tensors(event.ins[0], event.ins[1], self.os)
+        outs = _Tensors(event.outs[0], event.outs[1], self.os)
+        if not ins.dilated() and not outs.dilated():
+            return
+        if not event.outs[0]:
+            return  # a size, a dtype, a flag: no numbers are computed
+        f = max(ins.largest(), outs.largest())
+        where = (
+            f"its forward calls {event.name}() on a map past the output stride (lattice factor {f})"
+        )
+        info = event.info
+        if info.get("training"):
+            raise self.refuse(
+                event.path,
+                f"{where} with batch statistics, which the dense map changes "
+                "(no running statistics, or training mode)",
+            )
+        if "training" in info:
+            return  # batch_norm with running statistics: per channel, position-wise
+        if name in ("group_norm", "instance_norm"):
+            raise self.refuse(
+                event.path, f"{where}: it normalises with statistics of the whole map"
+            )
+        reduce: frozenset[int] | None = info.get("reduce")
+        if reduce is not None and ins.strides:
+            spatial = set(ins.strides[0])
+            hit = reduce & spatial
+            if not hit:
+                return  # over channels or the batch: position-wise
+            if name in _LATTICE_READS:
+                spec = tuple(sorted((d, int(ins.factors[0][d])) for d in hit))
+                if self.gates == "dense":
+                    self.dense_reads.append(event.path)
+                    return
+                self.reads.setdefault(key, {})[ordinal] = spec
+                return
+            raise self.refuse(event.path, f"{where}: it normalises over spatial positions")
+        if info.get("elementwise") or _pointwise(name) or name in _LAYOUT:
+            if name == "linear" and ins.strides and (len(ins.shapes[0]) - 1) in ins.strides[0]:
+                raise self.refuse(event.path, f"{where}: it mixes the positions of the last axis")
+            known = {tuple(s) for s in ins.sizes}
+            for sizes in outs.sizes:
+                if sizes and tuple(sizes) not in known:
+                    raise self.refuse(
+                        event.path,
+                        f"{where}, which changes the spatial sizes "
+                        f"({_sizes(ins)} -> {_sizes(outs)}): a crop, a stride or a merge of "
+                        "spatial axes in code reads positions off the lattice",
+                    )
+            return
+        raise self.refuse(
+            event.path,
+            f"{where}; only conv and pool modules are re-strided and dilated, and this "
+            "operation in code would read positions off the lattice",
+        )
+
+    # --------------------------------------------------------------------- code that reads the map
+
+    def traced(self, out: nn.Module, inplace: bool) -> list[tuple[str, nn.Module, Change]]:
+        """A traced copy of each module whose own code pools the map, reading the lattice."""
+        by_path: dict[str, list[tuple[int, dict[int, tuple[tuple[int, int], ...]]]]] = {}
+        for (path, call), reads in self.reads.items():
+            by_path.setdefault(path, []).append((call, reads))
+        done = []
+        for path, calls in by_path.items():
+            reads = calls[0][1]
+            if any(r != reads for _, r in calls[1:]):
+                raise self.refuse(path, "it pools maps of other strides at other calls")
+            names = self.read_names[(path, calls[0][0])]
+            if path == "" and inplace:
+                raise self.refuse(
+                    path,
+                    "its own forward pools the map, so the model itself must be replaced by a "
+                    "traced copy, which inplace=True cannot do",
+                )
+            module = out.get_submodule(path)
+            done.append((path, *self.retrace(path, module, names, reads)))
+        return done
+
+    def retrace(
+        self,
+        path: str,
+        module: nn.Module,
+        names: list[str],
+        reads: dict[int, tuple[tuple[int, int], ...]],
+    ) -> tuple[nn.Module, Change]:
+        import torch.fx as fx
+
+        class Own(fx.Tracer):
+            def is_leaf_module(self, m: nn.Module, qualname: str) -> bool:
+                return True
+
+        why = "its own forward pools the map in code, and "
+        try:
+            graph = Own().trace(module)
+        except Exception as exc:
+            raise self.refuse(
+                path, f"{why}torch.fx cannot trace it ({type(exc).__name__}: {exc})"
+            ) from exc
+        nodes = [
+            n
+            for n in graph.nodes
+            if n.op in ("call_function", "call_method")
+            and _base(n.target if isinstance(n.target, str) else _name(n.target)) in _LATTICE_READS
+        ]
+        found = [_base(n.target if isinstance(n.target, str) else _name(n.target)) for n in nodes]
+        if found != names:
+            raise self.refuse(
+                path, f"{why}its traced graph pools {found} where its forward pooled {names}"
+            )
+        for i, spec in reads.items():
+            node = nodes[i]
+            source = node.args[0]
+            with graph.inserting_before(node):
+                sub = graph.call_function(_lattice, (source, spec))
+            node.args = (sub, *node.args[1:])
+        name = type(module).__name__
+        traced = fx.GraphModule(module, graph, class_name=f"{name}OnLattice")
+        traced.train(module.training)
+        a, b = module.state_dict(), traced.state_dict()
+        if list(a) != list(b):
+            raise self.refuse(
+                path, f"{why}its traced copy would hold other state_dict keys than the original"
+            )
+        ops = ", ".join(f"{names[i]}{tuple(f for _, f in spec)}" for i, spec in reads.items())
+        change = Change(
+            path,
+            f"{name} (pools the whole map in its forward)",
+            f"{name}OnLattice (traced; pools the lattice)",
+            ("global pool",),
+            False,
+            f"reads the a-trous lattice before: {ops}",
+        )
+        return traced, change
+
+
+def _reads_lattice(module: nn.Module) -> bool:
+    """Whether ``module`` is a traced copy made by an earlier :func:`dilate`."""
+    graph = getattr(module, "graph", None)
+    nodes = getattr(graph, "nodes", ())
+    return any(getattr(n, "target", None) is _lattice for n in nodes)
+
+
+def _sizes(t: _Tensors) -> str:
+    return ", ".join(str(s[: 2 + len(st)]) for s, st in zip(t.shapes[:2], t.strides[:2]))
+
+
+def _known(table: dict[tuple[str, str], Any]) -> dict[type, Any]:
+    found: dict[type, Any] = {}
+    for (module_name, name), value in table.items():
+        for cls in _classes(module_name, name):
+            found[cls] = value
+    return found
+
+
+_State = tuple[tuple[int, ...], tuple[int, ...]]  # (input stride, lattice factor) per axis
+
+
+# ----------------------------------------------------------------------------- the probe
+
+
+def _probe_like(model: nn.Module) -> tuple[tuple[int, ...], Tensor]:
+    """(1, channels, PROBE, ...) from the first conv in the model, and its weight (for the
+    device and dtype of the probe)."""
+    for module in model.modules():
+        m: Any = module
+        if isinstance(module, nn.modules.conv._ConvNd) or _layer(module) is not None:
+            channels = getattr(m, "in_channels", None)
+            weight = getattr(m, "weight", None)
+            if isinstance(channels, int) and isinstance(weight, Tensor):
+                nd = weight.dim() - 2
+                return (1, channels, *([PROBE] * nd)), weight
+    raise SurgeryError(
+        f"dilate(): {type(model).__name__} holds no convolution to take the input's channels "
+        "from; dilate works on convolutional networks"
+    )
+
+
+def _reachable(events: list[Event], model: nn.Module) -> tuple[list[int], int]:
+    """The output strides a dilation can stop at, and the model's deepest stride."""
+    spans: list[tuple[Fraction, Fraction]] = []
+    deepest = Fraction(1)
+    for event in events:
+        if event.kind != "module":
+            continue
+        layer = _layer(model.get_submodule(event.path))
+        if layer is None or not event.ins[0]:
+            continue
+        st = strides(event.ins[0][0], event.ins[1][0])
+        shape = event.ins[0][0]
+        for i, s in enumerate(layer.stride):
+            a = st.get(len(shape) - layer.nd + i)
+            if a is None:
+                continue
+            deepest = max(deepest, a * s)
+            if s > 1:
+                spans.append((a, a * s))
+    candidates = {Fraction(1)} | {hi for _, hi in spans}
+
+    def fits(c: Fraction) -> bool:
+        return c.denominator == 1 and all(
+            not lo < c < hi and (lo <= c or (lo / c).denominator == 1) for lo, hi in spans
+        )
+
+    reachable = sorted(int(c) for c in candidates if c <= deepest and fits(c))
+    return reachable, int(deepest) if deepest.denominator == 1 else int(deepest) + 1
+
+
+def _trace(model: nn.Module, gate_kinds: dict[type, Any]) -> list[Event]:
+    shape, like = _probe_like(model)
+
+    def opaque(m: nn.Module) -> bool:
+        return _layer(m) is not None or type(m) in gate_kinds
+
+    try:
+        return record(model, shape, opaque, like)
+    except SurgeryError as exc:
+        raise SurgeryError(f"dilate(): {exc}") from None
+
+
+# ----------------------------------------------------------------------------- dilate
 
 
 def dilate(
@@ -445,26 +740,35 @@ def dilate(
     gates: str = "lattice",
     inplace: bool = False,
 ) -> tuple[nn.Module, SurgeryReport]:
-    """Trade the later strides of a ResNet for dilation, exactly (the a-trous identity).
+    """Trade the later strides of a CNN for dilation, exactly (the a-trous identity).
 
-    Once the actual stride reaches ``output_stride``, each later stride ``s`` becomes 1
-    and multiplies the lattice factor ``f`` of everything after it; every later conv and
-    pool gets dilation ``d*f`` and pads ``(f*lo, f*hi)`` (a ceil-mode pool's overhang
-    becomes ``f*(s-1)`` explicit end padding, excluded from averages). ResNet-D's
-    average-pool shortcut, ``AvgPool2d(2, 2, ceil_mode=True, count_include_pad=False)``,
-    thus becomes a stride-1 pool with pads ``(0, 1)`` at the first dilated stage and pads
-    ``(0, 2)`` with dilation 2 one stage deeper. In eval mode the dilated model's last
-    feature map subsampled at ``[..., ::r, ::r]`` (``r`` = old / new output stride)
-    equals the original's.
+    The model is traced (two forwards without gradients on small random inputs): every
+    module and every tensor function it calls is recorded with the stride of the tensors it
+    sees. Once the stride reaches ``output_stride``, each later stride ``s`` of a conv or pool
+    module becomes 1 and multiplies the lattice factor ``f`` of everything after it; every
+    later conv and pool gets dilation ``d*f`` and pads ``(f*lo, f*hi)`` (a ceil-mode pool's
+    overhang becomes ``f*(s-1)`` explicit end padding, never counted). Global reads (adaptive
+    pools, means in squeeze-excitation gates, a head's pool) then read only the lattice
+    ``x[..., ::f, ::f]``. In eval mode every output of the dilated model, subsampled at
+    ``[..., ::r, ::r]`` (``r`` = its old / new stride), equals the original's:
+    :func:`dilation_error` measures it.
 
-    Squeeze-excitation gates (timm SE/ESE/ECA) in dilated stages become
-    :class:`LatticeGate` modules that pool the lattice (``gates="lattice"``, exact);
-    ``gates="dense"`` keeps them pooling the whole dense map, as timm's own
-    ``output_stride`` does (not exact). No weight is touched and the ``state_dict`` keys
+    Works on any model whose spatial operations past the output stride are torch or padkit
+    conv and pool modules, position-wise code (activations, BatchNorm with running
+    statistics, sums, products, channel concatenation, reshapes that keep the spatial axes)
+    and global reductions: torchvision and timm ResNets, fastai XResNets, smp encoders,
+    RegNets, EfficientNets, MobileNets, ``create_feature_extractor`` graphs, timm
+    ``features_only`` models, one's own CNN. Anything else that reads positions off the
+    lattice is refused, naming the module, its class and the operation.
+
+    Squeeze-excitation gates of timm (SE/ESE/ECA) become :class:`LatticeGate` modules; a
+    module whose own code pools the map becomes a ``torch.fx`` copy that subsamples before
+    the pool. ``gates="dense"`` keeps every global read on the dense map instead, as timm's
+    own ``output_stride`` does (not exact). No weight is touched and the ``state_dict`` keys
     and shapes stay the same.
 
     Args:
-        model: a torchvision ResNet/ResNeXt/Wide-ResNet or a timm ResNet-family model.
+        model: a CNN built of torch (or padkit) conv and pool modules.
         output_stride: the new output stride: a stride the model reaches (1, 2, 4, 8, 16
             for a ResNet), at most its current one.
         gates: ``"lattice"`` or ``"dense"``.
@@ -474,8 +778,8 @@ def dilate(
         ``(model, report)``; the report lists every changed module.
 
     Raises:
-        SurgeryError: naming the first module it cannot handle, or for an output stride
-            the model cannot reach.
+        SurgeryError: naming the first module it cannot handle and why, or for an output
+            stride the model cannot reach.
 
     Example:
         >>> from torchvision.models import resnet18
@@ -486,6 +790,8 @@ def dilate(
         >>> x = torch.randn(1, 3, 64, 64)
         >>> body = lambda m: torch.nn.Sequential(*list(m.children())[:-2])
         >>> bool((body(os8)(x)[..., ::4, ::4] - body(net)(x)).abs().max() < 1e-4)
+        True
+        >>> dilation_error(net, os8, x) < 1e-4  # the logits too: the head pools the lattice
         True
     """
     _check_model(model, "dilate")
@@ -499,39 +805,141 @@ def dilate(
         raise SurgeryError(
             f"dilate(): gates must be one of {', '.join(map(repr, _GATE_MODES))}, got {gates!r}"
         )
-    dry = _Dilation(model, None, gates)
-    final = dry.run()[0]
-    reachable = sorted({1, *dry.points})
+    gate_kinds = _known(_GATES)
+    events = _trace(model, gate_kinds)
+    reachable, deepest = _reachable(events, model)
     if output_stride not in reachable:
         raise SurgeryError(
             f"dilate(): output_stride={output_stride!r} is not a stride this model reaches; "
-            f"accepted: {reachable} (its current output stride is {final[0]})"
+            f"accepted: {reachable} (its current output stride is {deepest})"
         )
-    out = model if inplace else copy.deepcopy(model)
-    walk = _Dilation(out, output_stride, gates)
-    reached = walk.run()[0]
-    if any(a != output_stride for a in reached):  # pragma: no cover - a walk invariant
-        raise SurgeryError(f"dilate(): reached output stride {reached}, not {output_stride}")
+    out = model if inplace else _copy(model)
+    plan = _Dilation(out, output_stride, gates)
+    plan.run(events)
+    plan.traced(out, inplace)  # refuses, if it must, before anything is changed
+    by_id = _paths_by_id(out)
     report = SurgeryReport("dilate")
-    for key, (new, change) in walk.plans.items():
-        _replace(out, walk.by_id[key], new)
+    for path, (new, change) in plan.plans.items():
+        _replace(out, by_id[id(out.get_submodule(path))], new)
+        report.changes.append(change)
+    by_id = _paths_by_id(out)
+    for path, new, change in plan.traced(out, inplace):
+        if path == "":
+            out = new
+        else:
+            _replace(out, by_id[id(out.get_submodule(path))], new)
         report.changes.append(change)
     order = {p: i for i, (p, _) in enumerate(out.named_modules(remove_duplicate=False))}
     report.changes.sort(key=lambda c: order.get(c.path, len(order)))
     info = getattr(out, "feature_info", None)
-    if isinstance(info, list):
-        for entry in info:
-            if isinstance(entry, dict) and entry.get("module") in walk.outputs:
-                entry["reduction"] = walk.outputs[entry["module"]]
-    if walk.dense_gates:
+    entries = getattr(info, "info", info)
+    if isinstance(entries, list):
+        for entry in entries:
+            if isinstance(entry, dict) and entry.get("module") in plan.strides_out:
+                entry["reduction"] = plan.strides_out[entry["module"]]
+    if plan.dense_reads:
+        shown = ", ".join(repr(p) for p in plan.dense_reads[:3])
+        more = ", ..." if len(plan.dense_reads) > 3 else ""
         report.notes.append(
-            f"gates='dense': {len(walk.dense_gates)} gate(s) pool the dense map "
-            f"({', '.join(walk.dense_gates[:3])}{', ...' if len(walk.dense_gates) > 3 else ''}); "
-            "the identity is approximate"
+            f"gates='dense': {len(plan.dense_reads)} global read(s) pool the dense map "
+            f"({shown}{more}); the identity is approximate"
         )
-    if walk.plans:
+    if report.changes and not plan.dense_reads:
         report.notes.append(
-            "the classifier head pools the whole dense map: the identity holds for the "
-            "last feature map, and for BatchNorm in eval mode"
+            "exact in eval mode (BatchNorm with running statistics): every output subsampled "
+            "at its lattice equals the original's; padkit.surgery.dilation_error(original, "
+            "dilated, x) measures it"
         )
     return out, report
+
+
+# ----------------------------------------------------------------------------- the check
+
+
+def _copy(model: nn.Module) -> nn.Module:
+    """A deep copy in the original's train/eval modes (a GraphModule's copy resets them)."""
+    out = copy.deepcopy(model)
+    for a, b in zip(model.modules(), out.modules()):
+        b.training = a.training
+    return out
+
+
+def _flat(value: Any) -> list[Tensor]:
+    return list(_tensors(value))
+
+
+def dilation_error(original: nn.Module, dilated: nn.Module, x: Tensor) -> float:
+    """How far a dilated model is from the a-trous identity on the input ``x``.
+
+    Both models run on ``x`` (without gradients, in their current mode: use eval mode).
+    Each output tensor of ``dilated`` (a tensor, or the tensors in a list, tuple or dict) is
+    subsampled at ``::r`` from offset 0 along each spatial axis, where ``r`` is the
+    original's stride of that output over the dilated one's (traced on two small inputs),
+    and compared with the original's output. The result is the largest
+    ``max |dilated_sub - original| / max |original|`` over the outputs: about 1e-7 to 1e-6
+    in float32 for an exact dilation.
+
+    Args:
+        original: the model before :func:`dilate`.
+        dilated: the model it returned.
+        x: an input batch, of any spatial size the original accepts.
+
+    Returns:
+        The relative error, a float.
+
+    Raises:
+        SurgeryError: when the outputs do not pair up (count, or shape after subsampling).
+
+    Example:
+        >>> net = torch.nn.Sequential(
+        ...     torch.nn.Conv2d(3, 4, 3, 2, 1), torch.nn.ReLU(), torch.nn.MaxPool2d(3, 2, 1),
+        ...     torch.nn.Conv2d(4, 4, 3, 2, 1), torch.nn.AdaptiveAvgPool2d(1)).eval()
+        >>> os2, _ = dilate(net, 2)
+        >>> dilation_error(net, os2, torch.randn(2, 3, 21, 19)) < 1e-5
+        True
+    """
+    _check_model(original, "dilation_error")
+    _check_model(dilated, "dilation_error")
+    if not isinstance(x, Tensor) or x.dim() < 3:
+        raise TypeError(
+            f"dilation_error(): x must be a tensor of shape (batch, channels, *spatial), got "
+            f"{type(x).__name__} {tuple(getattr(x, 'shape', ()))}"
+        )
+    shape = (*x.shape[:2], *([PROBE] * (x.dim() - 2)))
+
+    def output_strides(model: nn.Module) -> list[dict[int, Fraction]]:
+        try:
+            (root, *_) = record(model, shape, lambda m: True, x)
+        except SurgeryError as exc:
+            raise SurgeryError(f"dilation_error(): {exc}") from None
+        return [strides(a, b) for a, b in zip(root.outs[0], root.outs[1])]
+
+    before, after = output_strides(original), output_strides(dilated)
+    with torch.no_grad():
+        refs, outs = _flat(original(x)), _flat(dilated(x))
+    if len(refs) != len(outs) or len(refs) != len(before) or len(outs) != len(after):
+        raise SurgeryError(
+            f"dilation_error(): the original returns {len(refs)} tensor(s), the dilated "
+            f"model {len(outs)}"
+        )
+    worst = 0.0
+    for i, (ref, out, a, b) in enumerate(zip(refs, outs, before, after)):
+        spec = []
+        for d, stride in a.items():
+            r = stride / b.get(d, stride)
+            if r.denominator != 1:
+                raise SurgeryError(
+                    f"dilation_error(): output {i} axis {d}: stride {stride} in the original, "
+                    f"{b.get(d)} in the dilated model, not a whole ratio"
+                )
+            spec.append((d, int(r)))
+        sub = _lattice(out, tuple(spec))
+        if sub.shape != ref.shape:
+            raise SurgeryError(
+                f"dilation_error(): output {i}: the dilated model's {tuple(out.shape)} "
+                f"subsampled at {spec} is {tuple(sub.shape)}, the original's is "
+                f"{tuple(ref.shape)}"
+            )
+        scale = float(ref.abs().max()) or 1.0
+        worst = max(worst, float((sub - ref).abs().max()) / scale)
+    return worst
