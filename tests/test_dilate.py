@@ -647,3 +647,25 @@ def test_dilating_twice() -> None:
     os16, _ = dilate(timm_model("resnet18d"), 16)
     with pytest.raises(SurgeryError, match=r"'global_pool\.pool'.*dilate the original model"):
         dilate(os16, 8)
+
+
+def test_feature_extractor_built_from_a_dilated_model() -> None:
+    """torch.fx traces a dilated model (padkit layers, lattice reads) into an extractor that
+    returns the dilated model's own feature maps."""
+    from torchvision.models.feature_extraction import create_feature_extractor
+
+    model = torchvision.models.resnet18(weights=None).eval()
+    dilated, _ = dilate(model, 8)
+    extractor = create_feature_extractor(dilated, {"layer4": "out", "fc": "logits"})
+    x = torch.randn(1, 3, 64, 64)
+    feats = extractor(x)
+    with torch.no_grad():
+        want = dilated.layer4(
+            dilated.layer3(
+                dilated.layer2(
+                    dilated.layer1(dilated.maxpool(dilated.relu(dilated.bn1(dilated.conv1(x)))))
+                )
+            )
+        )
+        torch.testing.assert_close(feats["out"], want, rtol=0, atol=0)
+        torch.testing.assert_close(feats["logits"], dilated(x), rtol=0, atol=0)

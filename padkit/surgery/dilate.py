@@ -260,6 +260,10 @@ def _lattice(x: Tensor, spec: tuple[tuple[int, int], ...]) -> Tensor:
     return x[tuple(index)]
 
 
+# torch.fx records the lattice read as one call, so that a dilated model (whose global reads
+# call it) can be traced again, e.g. by torchvision's create_feature_extractor
+torch.fx.wrap("_lattice")
+
 _SAME_HINT = "; a timm 'same' layer pads per input size, which no static padding reproduces"
 _HINTS: dict[str, str] = {
     "AvgPool2dSame": (
@@ -625,6 +629,7 @@ class _Dilation:
             source = node.args[0]
             with graph.inserting_before(node):
                 sub = graph.call_function(_lattice, (source, spec))
+                sub.meta["is_wrapped"] = True  # traced again as one call
             node.args = (sub, *node.args[1:])
         name = type(module).__name__
         traced = fx.GraphModule(module, graph, class_name=f"{name}OnLattice")
