@@ -1,6 +1,6 @@
 """The ``padkit`` command (padkit.cli) and the public functions behind it.
 
-Expected pads come from hand derivations in ``shared/reference/conventions.md`` (cited per
+Expected pads come from hand derivations of each framework's rule (written out per
 case) or from onnxruntime's own outputs, never from padkit.
 """
 
@@ -175,7 +175,7 @@ def test_example_model_is_small_and_rebuilt_byte_for_byte() -> None:
 
 def test_verify_reports_a_real_mismatch(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     # MaxPool SAME_UPPER with dilation: onnxruntime ignores the dilation when it sizes the pad
-    # (n=5, k=2, d=2 -> 4 outputs; the spec and JAX give 5), conventions.md 5.5
+    # (n=5, k=2, d=2 -> 4 outputs; the spec and JAX give 5)
     node = helper.make_node(
         "MaxPool", ["x"], ["y"], kernel_shape=[2], dilations=[2], auto_pad="SAME_UPPER"
     )
@@ -295,7 +295,7 @@ def test_inspect_onnx_pads_and_warnings(
     assert code == 0
     layers = {r["name"]: r for r in json.loads(out)["layers"]}
     assert set(layers) == set(_NODES)
-    # hand-derived (conventions.md 0 and 5.1): n=8, k=3, s=2 -> SAME total 1; LOWER -> (1, 0);
+    # hand-derived: n=8, k=3, s=2 -> SAME total 1; LOWER -> (1, 0);
     # k=3, d=2 -> k_eff 5, s=1 -> total 4 -> (2, 2); explicit pads are the node's own
     assert layers["pool_asym"]["pads"] == [[0, 1], [0, 1]]
     assert layers["conv_lower"]["pads"] == [[1, 0], [1, 0]]
@@ -387,7 +387,7 @@ def test_inspect_torch_factory(capsys: pytest.CaptureFixture[str]) -> None:
     same, pool, avg, even, reflect, dilated = layers
     assert same["source"] == "padkit" and same["pads"] is None and same["size_dependent"]
     assert same["exports_to"] == "Conv(auto_pad=SAME_UPPER)"
-    # torch 'same' with k=4: total 3, total//2 before (conventions.md 8) -> (1, 2)
+    # torch 'same' with k=4: total 3, total//2 before -> (1, 2)
     assert even["pads"] == [[1, 2], [1, 2]] and even["symmetric"] is False
     assert even["exports_to"] == "Conv(pads=[1, 1, 2, 2])"
     assert any("asymmetric" in w for w in even["warnings"])
@@ -666,7 +666,7 @@ def test_explain_odd_pixel_k3_s2_n8(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = run(capsys, "explain", "--kernel", "3", "--stride", "2", "--input", "8")
     assert code == 0
     summary = {line.split()[0]: line for line in out.splitlines()[-6:]}
-    # conventions.md 0 (T1): TF SAME n=8, k=3, s=2 -> (0, 1); SAME_LOWER -> (1, 0);
+    # TF SAME n=8, k=3, s=2 -> (0, 1); SAME_LOWER -> (1, 0);
     # 6: Flux SamePad is stride independent, total k-1 = 2 -> (1, 1); torch refuses stride 2;
     # 9: Caffe pad 1, ceil((8+2-3)/2)+1 = 5 outputs -> tight pads (1, 2)
     assert summary["tf"].split()[1:] == ["(0,", "1)", "4", "end"]
@@ -685,8 +685,8 @@ def test_explain_odd_pixel_k3_s2_n8(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_explain_even_kernel_flux_puts_odd_pixel_first(capsys: pytest.CaptureFixture[str]) -> None:
-    # Flux's docstring: Conv((2,2), pad=SamePad()) -> pad=(1, 0, 1, 0) (conventions.md 6);
-    # torch 'same' at stride 1 puts the odd pixel at the end (conventions.md 8)
+    # Flux's docstring: Conv((2,2), pad=SamePad()) -> pad=(1, 0, 1, 0);
+    # torch 'same' at stride 1 puts the odd pixel at the end
     code, out, _ = run(capsys, "explain", "-k", "2", "-n", "5", "-c", "flux,torch")
     assert code == 0
     summary = {line.split()[0]: line.split()[1:] for line in out.splitlines()[-2:]}
@@ -694,7 +694,7 @@ def test_explain_even_kernel_flux_puts_odd_pixel_first(capsys: pytest.CaptureFix
 
 
 def test_explain_caffe_googlenet_pool1(capsys: pytest.CaptureFixture[str]) -> None:
-    # conventions.md 9: GoogLeNet pool1, in=112, k=3, s=2, p=0 -> 56 outputs, tight end pad 1
+    # Caffe's ceil rounding, GoogLeNet pool1, in=112, k=3, s=2, p=0 -> 56 outputs, tight end pad 1
     code, out, _ = run(
         capsys, "explain", "-k", "3", "-s", "2", "-n", "112", "-c", "caffe", "--pad", "0"
     )

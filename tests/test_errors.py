@@ -1,4 +1,4 @@
-"""Bad inputs: exception type, message and *when* it is raised (testing.md §1.3, §5, §6.F).
+"""Bad inputs: exception type, message and *when* it is raised.
 
 Each row is ``(id, build, input, exception, regex, raised_at)``. ``build`` makes the layer,
 ``input`` is fed to it when the error is expected at forward. Messages must name the

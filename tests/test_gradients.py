@@ -1,6 +1,6 @@
 """Gradients: gradcheck / gradgradcheck in float64, and equality with F.pad + padding-0 ops.
 
-Shapes are tiny so that the numerical Jacobians stay cheap (testing.md §6.C).
+Shapes are tiny so that the numerical Jacobians stay cheap.
 """
 
 from __future__ import annotations

@@ -53,7 +53,7 @@ def ceil_div(a: int, b: int) -> int:
 
 
 def tf_same(n: int, k: int, s: int, d: int = 1) -> tuple[int, int]:
-    """TF/XLA SAME pads for one axis (conventions.md §0)."""
+    """TF/XLA SAME pads for one axis."""
     k_eff = d * (k - 1) + 1
     total = max((ceil_div(n, s) - 1) * s + k_eff - n, 0)
     return total // 2, total - total // 2
@@ -315,7 +315,7 @@ def test_lp_pool_equals_zero_pad_then_power_sum(nd: int) -> None:
 
 @pytest.mark.parametrize("nd", [1, 2])
 def test_conv_transpose_same_equals_full_then_crop(nd: int) -> None:
-    # conventions.md T11: TF 'same' = padding 0 then keep [crop_lo : n*s], crop_lo = total//2
+    # TF 'same' = padding 0 then keep [crop_lo : n*s], crop_lo = total//2
     torch.manual_seed(0)
     k, s = 3, 2
     layer = getattr(pn, f"ConvTranspose{nd}d")(2, 3, k, stride=s, padding="same").double()
@@ -436,7 +436,7 @@ LOW_PRECISION_CASES: list[tuple[str, str, dict[str, object]]] = [
 def test_low_precision_dtypes(name: str, kwargs: dict[str, object], dtype: torch.dtype) -> None:
     """float16/bfloat16 on CPU: the dtype is kept and the result is the float32 one, rounded.
 
-    torch itself lacks a few CPU kernels here (avg_pool3d in half, testing.md §5); a layer
+    torch itself lacks a few CPU kernels here (avg_pool3d in half); a layer
     must then either compute the result (e.g. upcast) or refuse with a clear padkit error.
     """
     layer = build(name, kwargs).float()

@@ -256,7 +256,7 @@ POOL_CASES = [
         (1, 2, 6, 5),
         {"kernel_shape": [3, 3], "pads": [1, 0, 1, 2], "strides": [2, 2], "ceil_mode": 1},
     ),
-    ((1, 2, 5, 5), {"kernel_shape": [4, 4], "strides": [4, 4], "ceil_mode": 1}),  # T15
+    ((1, 2, 5, 5), {"kernel_shape": [4, 4], "strides": [4, 4], "ceil_mode": 1}),  # ONNX ceil_mode
     (
         (1, 2, 2, 2),
         {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1], "strides": [3, 3], "ceil_mode": 1},

@@ -447,7 +447,7 @@ def test_lp_pool_matches_jax(sizes: Ints, k: Ints, s: Ints, d: Ints, padding: An
 
 CONV_T_CASES = [
     # (sizes, k, s, d, padding, output_padding, c_in, c_out, groups)
-    ((3,), (3,), (2,), (1,), "same", 0, 1, 1, 1),  # T11
+    ((3,), (3,), (2,), (1,), "same", 0, 1, 1, 1),  # transposed 'same', k=3 s=2
     ((3,), (3,), (2,), (1,), "same_lower", 0, 1, 1, 1),
     ((5,), (4,), (2,), (1,), "same", 0, 2, 3, 1),
     ((5,), (4,), (3,), (1,), "same_lower", 0, 2, 3, 1),
@@ -561,7 +561,7 @@ def test_conv_transpose_crops_that_leave_nothing_are_refused(padding: Any) -> No
 @pytest.mark.parametrize(
     ("sizes", "k", "s", "d"),
     [
-        pytest.param((3,), (3,), (2,), (1,), id="T11"),
+        pytest.param((3,), (3,), (2,), (1,), id="k3_s2_same"),
         pytest.param((5,), (4,), (2,), (1,), id="even-k"),
         pytest.param((4,), (2,), (3,), (1,), id="k<s"),
         pytest.param((5,), (3,), (2,), (2,), id="dilated"),

@@ -1,12 +1,12 @@
 """padkit against onnxruntime single-node models (float32 in ORT, float64 in padkit).
 
-ORT 1.32 deviations (conventions.md §5.5) that these tests steer around, so that every
+ORT 1.32 deviations that these tests steer around, so that every
 comparison below is against a config ORT computes correctly:
 
 * Conv with ``auto_pad=SAME_*`` and dilation != 1 is refused (INVALID_ARGUMENT), so the
   auto_pad Conv cases use dilation 1; dilated convs are tested with explicit pads.
-* MaxPool/AveragePool with ``auto_pad=SAME_*`` ignore the dilation when sizing the pads
-  (T9), and refuse SAME with kernel < stride (T16): SAME pools here have dilation 1 and
+* MaxPool/AveragePool with ``auto_pad=SAME_*`` ignore the dilation when sizing the pads,
+  and refuse SAME with kernel < stride: SAME pools here have dilation 1 and
   k >= s (JAX covers the rest in test_reference_jax.py).
 * Pools require every pad < kernel ("Pad should be smaller than kernel").
 * ConvTranspose SAME_* with k_eff < stride returns the uncropped ``(n-1)*s + k_eff`` instead
@@ -248,7 +248,7 @@ def test_conv_transpose_pads_match_ort(
 
 CONV_T_AUTO = [
     # (sizes, k, s, d): k_eff >= s (see the module docstring), odd and even total crops
-    ((3,), (3,), (2,), (1,)),  # T11
+    ((3,), (3,), (2,), (1,)),  # transposed 'same', k=3 s=2
     ((4,), (4,), (2,), (1,)),
     ((5,), (5,), (2,), (1,)),
     ((3,), (4,), (3,), (1,)),
@@ -290,16 +290,16 @@ def has_empty_window(
 
 POOL_PADS = [
     # (sizes, k, strides, dilations, pads); every pad < kernel (ORT's rule)
-    ((5,), (2,), (2,), (1,), [1, 1]),  # T6
-    ((6,), (3,), (2,), (1,), [1, 1]),  # T7
-    ((4,), (2,), (2,), (1,), [0, 1]),  # T13
-    ((5,), (4,), (4,), (1,), [0, 0]),  # T15: ceil overhang >= 2
+    ((5,), (2,), (2,), (1,), [1, 1]),
+    ((6,), (3,), (2,), (1,), [1, 1]),
+    ((4,), (2,), (2,), (1,), [0, 1]),
+    ((5,), (4,), (4,), (1,), [0, 0]),  # ceil overhang >= 2
     ((9,), (3,), (2,), (1,), [2, 0]),  # pads > k/2: torch's native pool refuses them
     ((8,), (4,), (3,), (1,), [3, 1]),
     ((9,), (3,), (2,), (2,), [2, 1]),  # dilated, explicit pads
     ((7,), (2,), (1,), (3,), [1, 0]),
     ((7, 6), (3, 2), (2, 2), (1, 1), [0, 1, 2, 0]),
-    ((3, 3), (2, 2), (1, 1), (1, 1), [0, 1, 0, 0]),  # T14 layout
+    ((3, 3), (2, 2), (1, 1), (1, 1), [0, 1, 0, 0]),  # 2-d pads layout
     ((6, 7), (3, 3), (3, 2), (2, 1), [1, 2, 2, 0]),
     ((5, 4, 6), (2, 3, 3), (2, 1, 2), (1, 1, 1), [1, 0, 2, 0, 2, 1]),
     ((4, 5, 5), (3, 2, 2), (2, 2, 1), (1, 2, 1), [0, 1, 1, 2, 1, 0]),

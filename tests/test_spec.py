@@ -1,7 +1,7 @@
 """The padding spec: parsing, resolution, layout conversions and output-size formulas.
 
 Every expected value comes from an independent oracle: the formulas in
-``conventions.md`` §0/§9 (re-implemented here), ``jax.lax.padtype_to_pads``, torch's own
+each framework's formulas (re-implemented here), ``jax.lax.padtype_to_pads``, torch's own
 output shapes, ``F.pad`` and ``numpy.pad``.
 """
 
@@ -45,7 +45,7 @@ def ceil_div(a: int, b: int) -> int:
 
 
 def ref_pads(rule: str, n: int, k: int, s: int, d: int) -> tuple[int, int]:
-    """One axis of a rule, from the formulas of conventions.md §0 (not from padkit)."""
+    """One axis of a rule, from the frameworks' formulas (not from padkit)."""
     k_eff = d * (k - 1) + 1
     if rule == "valid":
         return 0, 0
@@ -83,7 +83,7 @@ def ref_ceil_out(n: int, k_eff: int, s: int, lo: int, hi: int) -> int:
 
 
 def caffe_pool_out(n: int, k: int, s: int, p: int) -> int:
-    """BVLC/caffe pooling_layer.cpp (conventions.md §9): always ceil, clip only if pad > 0."""
+    """BVLC/caffe pooling_layer.cpp: always ceil, clip only if pad > 0."""
     pooled = ceil_div(n + 2 * p - k, s) + 1
     if p and (pooled - 1) * s >= n + p:
         pooled -= 1
@@ -256,7 +256,7 @@ def test_same_matches_jax_padtype_to_pads(rule: str) -> None:
 
 
 def test_resolve_per_axis_values_not_swapped() -> None:
-    # testing.md §6.A5: k=(3,5), d=(2,3), s=(1,2), input (28, 31)
+    # k=(3,5), d=(2,3), s=(1,2), input (28, 31)
     got = resolve_padding("same", (3, 5), (1, 2), (2, 3), (28, 31))
     assert got == (ref_pads("same", 28, 3, 1, 2), ref_pads("same", 31, 5, 2, 3))
     mixed = resolve_padding(("causal", (1, 2), "full"), (3, 4, 2), 1, (2, 1, 3))
@@ -269,7 +269,7 @@ def test_resolve_per_axis_values_not_swapped() -> None:
     ids=["n5", "n10", "n8", "n7"],
 )
 def test_same_depends_on_input_size(n: int, want: tuple[int, int]) -> None:
-    # testing.md §0.2: in=5,k=4,s=2 -> (1,2); in=10 -> (1,1)
+    # in=5,k=4,s=2 -> (1,2); in=10 -> (1,1)
     assert want == ref_pads("same", n, 4, 2, 1)
     assert resolve_padding("same", 4, 2, 1, n) == (want,)
 
@@ -306,7 +306,7 @@ def test_layer_resolved_padding_needs_input_size_for_strided_same() -> None:
 
 # ----------------------------------------------------------------------------- layouts
 
-ONNX_FIXTURE = [0, 0, 3, 1, 0, 0, 4, 2]  # pytorch-converted test_ConstantPad2d (testing.md §2.1)
+ONNX_FIXTURE = [0, 0, 3, 1, 0, 0, 4, 2]  # pytorch-converted test_ConstantPad2d
 TORCH_FIXTURE = (1, 2, 3, 4)
 
 
@@ -333,7 +333,7 @@ def test_flux_layout() -> None:
     assert Padding.from_flux((1, 2), ndim=2).axes == ((2, 2), (1, 1))
     assert Padding.from_flux(TORCH_FIXTURE, ndim=2) == Padding.from_torch_pad(TORCH_FIXTURE)
     assert Padding.from_flux(3, ndim=3).axes == ((3, 3),) * 3
-    # Flux SamePad: static total k_eff - 1, odd pixel at the start (conventions.md T3/T4)
+    # Flux SamePad: static total k_eff - 1, odd pixel at the start
     same = Padding.from_flux("SamePad", ndim=1)
     assert same.resolve(2, ndim=1) == ((1, 0),)
     assert same.resolve(4, ndim=1) == ((2, 1),)
@@ -483,7 +483,7 @@ def test_same_layer_output_size_2d() -> None:
 
 
 def test_same_stride2_windows_match_tf_t1() -> None:
-    # conventions.md T1: n=8, k=3, s=2, ones kernel on [1..8] -> pads (0, 1), [6, 12, 18, 15]
+    # TF SAME: n=8, k=3, s=2, ones kernel on [1..8] -> pads (0, 1), [6, 12, 18, 15]
     x = torch.arange(1.0, 9.0).view(1, 1, 8)
     w = torch.ones(1, 1, 3)
     ref = F.conv1d(F.pad(x, (0, 1)), w, stride=2)
@@ -547,7 +547,7 @@ def test_caffe_pool_output_sizes() -> None:
             refused += 1
             continue
         assert pool(x).shape[-1] == want, (n, k, s, p)
-        # the tight end pad a converter emits gives Caffe's count in floor mode (§9)
+        # the tight end pad a converter emits gives Caffe's count in floor mode
         ((lo, hi),) = Padding.from_caffe(p, ndim=1).resolve(k, s, 1, n)
         assert lo == p
         assert ref_floor_out(n, k, s, lo, hi) == want, (n, k, s, p)
@@ -556,7 +556,7 @@ def test_caffe_pool_output_sizes() -> None:
 
 
 def test_caffe_googlenet_pool1() -> None:
-    # conventions.md §9/T21: 112, k=3, s=2, p=0 -> 56, tight pads [0, 0, 1, 1]
+    # Caffe (GoogLeNet pool1): 112, k=3, s=2, p=0 -> 56, tight pads [0, 0, 1, 1]
     spec = Padding.from_caffe(0)
     assert spec.resolve(3, 2, 1, (112, 112)) == ((0, 1), (0, 1))
     y = pn.MaxPool2d(3, 2, padding=spec)(torch.randn(1, 1, 112, 112))

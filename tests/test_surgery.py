@@ -43,7 +43,7 @@ torch.set_num_threads(1)
 
 
 def tf_same(n: int, k: int, s: int, d: int = 1) -> tuple[int, int]:
-    """TF/XLA SAME pads for one axis (conventions.md §0), odd pixel at the end."""
+    """TF/XLA SAME pads for one axis, odd pixel at the end."""
     k_eff = d * (k - 1) + 1
     total = max((math.ceil(n / s) - 1) * s + k_eff - n, 0)
     return total // 2, total - total // 2
@@ -183,7 +183,7 @@ def test_conv2d_same_export_cache() -> None:
     assert "caches" in report.changes[0].detail
     x = torch.randn(1, 2, 9, 9)
     assert run(new, x).shape == run(fresh, x).shape == (1, 3, 5, 5)
-    assert run(stale, x).shape == (1, 3, 4, 4)  # conventions §4
+    assert run(stale, x).shape == (1, 3, 4, 4)  # timm's export variant keeps its first size's pad
     assert torch.allclose(run(new, x), run(fresh, x), atol=1e-6)
 
 
@@ -431,7 +431,7 @@ def test_timm_avg_pool_to_tf() -> None:
         count = lax.reduce_window(jnp.ones(x.shape), 0.0, lax.add, window, strides, "SAME")
         tf = np.asarray(total / count)
         np.testing.assert_allclose(run(new, torch.from_numpy(x)).numpy(), tf, atol=1e-12)
-        # timm: zero-pad by TF SAME, then average counting the zeros (conventions T8)
+        # timm: zero-pad by TF SAME, then average counting the zeros
         (t, b), (left, r) = tf_same(n, 3, 2), tf_same(n + 2, 3, 2)
         padded = F.pad(torch.from_numpy(x), (left, r, t, b))
         np.testing.assert_allclose(

@@ -1,8 +1,8 @@
-"""The tricky cases T1-T21 of conventions.md §11, as far as they concern padkit.
+"""The tricky cases of padding conventions, as far as they concern padkit.
 
-Every expected number below is the one conventions.md states, which came from
-independent runs of TF/JAX, ONNX Runtime, PyTorch or Caffe's source rule; none is
-copied from padkit. Inputs are ``x = [1, 2, ..., n]`` and conv kernels are all ones,
+Every expected number below was worked out by hand from each framework's rule and
+checked in independent runs of TF/JAX, ONNX Runtime, PyTorch or Caffe's source rule;
+none is copied from padkit. Inputs are ``x = [1, 2, ..., n]`` and conv kernels are all ones,
 so every conv output is a window sum.
 """
 
@@ -33,10 +33,10 @@ def values(t: torch.Tensor) -> list[float]:
     return t.flatten().tolist()
 
 
-# ----------------------------------------------------------------------------- T1-T5: conv
+# ----------------------------------------------------------------------------- conv
 
 
-def test_T1_strided_tf_same_vs_symmetric() -> None:
+def test_strided_tf_same_vs_symmetric() -> None:
     x = ramp(8)
     assert padkit.resolve_padding("same", 3, 2, input_size=8) == ((0, 1),)
     assert values(PF.conv1d(x, ones_kernel(3), stride=2, padding="same")) == [6, 12, 18, 15]
@@ -45,14 +45,14 @@ def test_T1_strided_tf_same_vs_symmetric() -> None:
     assert values(PF.conv1d(x, ones_kernel(3), stride=2, padding="same_static")) == [3, 9, 15, 21]
 
 
-def test_T1_n7_every_convention_agrees() -> None:
+def test_n7_every_convention_agrees() -> None:
     x = ramp(7)
     same = PF.conv1d(x, ones_kernel(3), stride=2, padding="same")
     assert torch.equal(same, PF.conv1d(x, ones_kernel(3), stride=2, padding=1))
     assert torch.equal(same, PF.conv1d(x, ones_kernel(3), stride=2, padding="same_static"))
 
 
-def test_T2_resnet_7x7_stride2_stem() -> None:
+def test_resnet_7x7_stride2_stem() -> None:
     x = ramp(224)
     assert padkit.resolve_padding("same", 7, 2, input_size=224) == ((2, 3),)
     tf = values(PF.conv1d(x, ones_kernel(7), stride=2, padding="same"))
@@ -77,11 +77,11 @@ def test_T2_resnet_7x7_stride2_stem() -> None:
         pytest.param(0, [3, 5, 7, 9], id="timm-default-shrinks"),
     ],
 )
-def test_T3_even_kernel_stride1(padding: str | int, expected: list[float]) -> None:
+def test_even_kernel_stride1(padding: str | int, expected: list[float]) -> None:
     assert values(PF.conv1d(ramp(5), ones_kernel(2), padding=padding)) == expected
 
 
-def test_T3_flux_samepad_is_the_lower_split() -> None:
+def test_flux_samepad_is_the_lower_split() -> None:
     spec = Padding.from_flux("SamePad", ndim=1)
     assert values(PF.conv1d(ramp(5), ones_kernel(2), padding=spec)) == [1, 3, 5, 7, 9]
 
@@ -94,12 +94,12 @@ def test_T3_flux_samepad_is_the_lower_split() -> None:
         pytest.param("same_static_lower", (2, 1), [3, 6, 10, 14, 18, 15], id="flux-samepad"),
     ],
 )
-def test_T4_k4_stride1(padding: str, pads: tuple[int, int], expected: list[float]) -> None:
+def test_k4_stride1(padding: str, pads: tuple[int, int], expected: list[float]) -> None:
     assert padkit.resolve_padding(padding, 4, 1) == (pads,)
     assert values(PF.conv1d(ramp(6), ones_kernel(4), padding=padding)) == expected
 
 
-def test_T5_dilated_same() -> None:
+def test_dilated_same() -> None:
     # k=2, d=3: k_eff=4, total 3. (ORT's refusal of dilated auto_pad is ORT's bug.)
     x = ramp(7)
     assert padkit.resolve_padding("same", 2, 1, 3) == ((1, 2),)
@@ -109,10 +109,10 @@ def test_T5_dilated_same() -> None:
     assert values(got) == [3, 5, 7, 9, 11, 5, 6]
 
 
-# ----------------------------------------------------------------------------- T6-T10: pools
+# ----------------------------------------------------------------------------- pools
 
 
-def test_T6_ceil_drops_a_window_starting_in_the_right_pad() -> None:
+def test_ceil_drops_a_window_starting_in_the_right_pad() -> None:
     x = ramp(5)
     assert padkit.pool_output_size(5, 2, 2, lo=1, hi=1, ceil_mode=True) == 3
     assert values(PF.max_pool1d(x, 2, 2, padding=1, ceil_mode=True)) == [1, 3, 5]
@@ -126,7 +126,7 @@ def test_T6_ceil_drops_a_window_starting_in_the_right_pad() -> None:
     ("count_include_pad", "expected"),
     [pytest.param(True, [1, 3, 5, 3], id="cip1"), pytest.param(False, [1.5, 3, 5, 6], id="cip0")],
 )
-def test_T7_avg_divisor_ignores_the_ceil_overhang(
+def test_avg_divisor_ignores_the_ceil_overhang(
     count_include_pad: bool, expected: list[float]
 ) -> None:
     got = PF.avg_pool1d(
@@ -139,13 +139,13 @@ def test_T7_avg_divisor_ignores_the_ceil_overhang(
     ("count_include_pad", "last"),
     [pytest.param(False, 7.5, id="tf-excludes-pad"), pytest.param(True, 5.0, id="flax-default")],
 )
-def test_T8_same_average_pool_pad_counting(count_include_pad: bool, last: float) -> None:
+def test_same_average_pool_pad_counting(count_include_pad: bool, last: float) -> None:
     got = values(PF.avg_pool1d(ramp(8), 3, 2, padding="same", count_include_pad=count_include_pad))
     assert len(got) == 4
     assert got[-1] == last
 
 
-def test_T9_dilated_same_pooling() -> None:
+def test_dilated_same_pooling() -> None:
     # k=2, d=2: k_eff=3 -> pads (1, 1). ORT ignores the dilation here (its bug), JAX does not.
     x = ramp(5)
     assert padkit.resolve_padding("same", 2, 1, 2) == ((1, 1),)
@@ -154,16 +154,16 @@ def test_T9_dilated_same_pooling() -> None:
     assert values(avg) == [2, 2, 3, 4, 4]
 
 
-def test_T10_same_lower_max_pool_stride2() -> None:
+def test_same_lower_max_pool_stride2() -> None:
     # the correct (ORT/JAX) numbers; onnx.reference's wrong ones are its own bug
     assert values(PF.max_pool1d(ramp(7), 3, 2, padding="same_lower")) == [2, 4, 6, 7]
     assert values(PF.max_pool1d(-ramp(8), 3, 2, padding="same_lower")) == [-1, -2, -4, -6]
 
 
-# ----------------------------------------------------------------------------- T11-T12: transposed
+# ----------------------------------------------------------------------------- transposed
 
 
-def test_T11_transposed_conv_same() -> None:
+def test_transposed_conv_same() -> None:
     x = torch.tensor([[[1.0, 2.0, 3.0]]], dtype=torch.float64)
     w = ones_kernel(3)
     full = PF.conv_transpose1d(x, w, stride=2)
@@ -176,20 +176,20 @@ def test_T11_transposed_conv_same() -> None:
     assert values(port) == shifted
 
 
-# T12 (ConvTranspose output_shape without auto_pad) is about the ONNX attribute and
+# (ConvTranspose output_shape without auto_pad) is about the ONNX attribute and
 # onnx.reference/onnx2torch handling of it; padkit's output_size follows torch instead.
 
 
-# ----------------------------------------------------------------------------- T13-T16
+# -----------------------------------------------------------------------------
 
 
-def test_T13_asymmetric_max_pool_with_ceil() -> None:
+def test_asymmetric_max_pool_with_ceil() -> None:
     got = PF.max_pool1d(ramp(4), 2, 2, padding=((0, 1),), ceil_mode=True)
     assert values(got) == [2, 4]  # onnx2torch's extra -inf window is its own bug
     assert values(PF.max_pool1d(ramp(4), 2, 2, padding=((0, 1),))) == [2, 4]
 
 
-def test_T14_stride1_asymmetric_2d_max_pool() -> None:
+def test_stride1_asymmetric_2d_max_pool() -> None:
     x = -torch.arange(1.0, 10.0, dtype=torch.float64).view(1, 1, 3, 3)
     spec = Padding.from_onnx(pads=[0, 1, 0, 0])  # left = 1 on W
     assert spec.axes == ((0, 0), (1, 0))
@@ -199,30 +199,30 @@ def test_T14_stride1_asymmetric_2d_max_pool() -> None:
 
 
 @pytest.mark.parametrize("count_include_pad", [True, False], ids=["cip1", "cip0"])
-def test_T15_ceil_overhang_of_two(count_include_pad: bool) -> None:
+def test_ceil_overhang_of_two(count_include_pad: bool) -> None:
     x = ramp(5)
     avg = PF.avg_pool1d(x, 4, 4, ceil_mode=True, count_include_pad=count_include_pad)
     assert values(avg) == [2.5, 5.0]
     assert values(PF.max_pool1d(x, 4, 4, ceil_mode=True)) == [4, 5]
 
 
-def test_T16_same_pool_kernel_smaller_than_stride() -> None:
+def test_same_pool_kernel_smaller_than_stride() -> None:
     x = ramp(4)
     assert padkit.resolve_padding("same", 1, 2, input_size=4) == ((0, 0),)  # clamped at 0
     assert values(PF.max_pool1d(x, 1, 2, padding="same")) == [1, 3]
     assert values(PF.avg_pool1d(x, 1, 2, padding="same", count_include_pad=False)) == [1, 3]
 
 
-# ----------------------------------------------------------------------------- T17: Pad
+# ----------------------------------------------------------------------------- Pad
 
 
-def test_T17_reflect_pad_equal_to_size_is_refused() -> None:
+def test_reflect_pad_equal_to_size_is_refused() -> None:
     # ORT and torch refuse; only numpy/onnx.reference reflect repeatedly
     with pytest.raises(PaddingError):
         PF.pad(ramp(3), ((3, 0),), mode="reflect")
 
 
-def test_T17_wrap_more_than_the_size_is_exact_or_refused() -> None:
+def test_wrap_more_than_the_size_is_exact_or_refused() -> None:
     # ORT/numpy: [3, 1, 2, 3, 1, 2, 3]; torch refuses. padkit must not give anything else.
     try:
         got = PF.pad(ramp(3), ((4, 0),), mode="wrap")
@@ -240,23 +240,21 @@ def test_T17_wrap_more_than_the_size_is_exact_or_refused() -> None:
         pytest.param("edge", ((5, 0),), [1, 1, 1, 1, 1, 1, 2, 3], id="edge-long"),
     ],
 )
-def test_T17_pad_edge_cases(
-    mode: str, pairs: tuple[tuple[int, int]], expected: list[float]
-) -> None:
+def test_pad_edge_cases(mode: str, pairs: tuple[tuple[int, int]], expected: list[float]) -> None:
     assert values(PF.pad(ramp(3), pairs, mode=mode)) == expected
 
 
-# ----------------------------------------------------------------------------- T18-T21
+# -----------------------------------------------------------------------------
 
 
-def test_T18_pool_k2_s2_output_sizes() -> None:
+def test_pool_k2_s2_output_sizes() -> None:
     x = torch.ones(1, 1, 8, 8, dtype=torch.float64)
     assert PF.avg_pool2d(x, 2, 2, padding=1).shape[2:] == (5, 5)  # timm's default padding
     assert PF.avg_pool2d(x, 2, 2, padding="valid").shape[2:] == (4, 4)
     assert PF.avg_pool2d(x, 2, 2, padding="same").shape[2:] == (4, 4)
 
 
-def test_T19_avg_pool_stride1_same_excluding_pad() -> None:
+def test_avg_pool_stride1_same_excluding_pad() -> None:
     x = torch.ones(1, 1, 4, 4, dtype=torch.float64)
     pads = ((0, 1), (0, 1))
     excl = PF.avg_pool2d(x, 2, 1, padding=pads, count_include_pad=False)
@@ -272,7 +270,7 @@ def test_T19_avg_pool_stride1_same_excluding_pad() -> None:
 
 
 @pytest.mark.parametrize("n", [6, 7, 8, 9])
-def test_T20_flux_samepad_max_pool_cpu_semantics(n: int) -> None:
+def test_flux_samepad_max_pool_cpu_semantics(n: int) -> None:
     # the cuDNN symmetrisation is Flux's GPU bug; the CPU rule is pad (1, 0), ceil(n/2) out
     spec = Padding.from_flux("SamePad", ndim=2)
     assert spec.resolve(kernel_size=2) == ((1, 0), (1, 0))
@@ -299,7 +297,7 @@ def caffe_pool_2d(x: np.ndarray, k: int, s: int, mode: str) -> np.ndarray:
     return out
 
 
-def test_T21_googlenet_pool1_caffe_ceil() -> None:
+def test_googlenet_pool1_caffe_ceil() -> None:
     spec = Padding.from_caffe(0)
     assert spec.resolve(kernel_size=3, stride=2, input_size=(112, 112)) == ((0, 1), (0, 1))
     x = torch.randn(1, 1, 112, 112, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
@@ -317,7 +315,7 @@ def test_T21_googlenet_pool1_caffe_ceil() -> None:
         np.testing.assert_allclose(cip0[0, 0].numpy(), caffe_pool_2d(xn, 3, 2, "ave"), rtol=1e-12)
 
 
-def test_T21_tiny_yolov2_final_max_pool_keeps_13x13() -> None:
+def test_tiny_yolov2_final_max_pool_keeps_13x13() -> None:
     x = torch.randn(1, 2, 13, 13, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
     got = PF.max_pool2d(x, 2, 1, padding=((0, 1), (0, 1)))
     assert got.shape[2:] == (13, 13)
