@@ -19,8 +19,8 @@ from typing import Any, TypeAlias
 import torch
 from torch import fx, nn
 
-from ._errors import OnnxImportError, UnsupportedOnnxError
-from ._registry import find_converter
+from ._errors import DEFAULT_DOMAIN, OnnxImportError, UnsupportedOnnxError, UnsupportedOp
+from ._registry import find_converter, first_version
 
 __all__ = ["Const", "NodeContext", "Value", "load"]
 
@@ -57,7 +57,7 @@ _INFER_MAX_ELEMENTS = 4096
 def onnx_dtype(code: int, what: str) -> torch.dtype:
     """The torch dtype of an ONNX element type, or raise."""
     if code not in ONNX_DTYPES:
-        raise UnsupportedOnnxError([(what, 0, 1, f"element type {code} has no torch dtype")])
+        raise OnnxImportError(f"{what}: ONNX element type {code} has no torch dtype")
     return ONNX_DTYPES[code]
 
 
@@ -88,11 +88,14 @@ class NodeContext:
     :class:`Const` (constant folding).
     """
 
-    def __init__(self, builder: GraphBuilder, node: Any, version: int, inputs: list[Any]):
+    def __init__(
+        self, builder: GraphBuilder, node: Any, version: int, inputs: list[Any], opset: int = 0
+    ):
         self.builder = builder
         self.node = node
         self.op_type: str = node.op_type
         self.version = version
+        self.opset = opset or version
         self.inputs: list[Value | None] = inputs
         self.attrs: dict[str, Any] = {}
         from onnx import helper
@@ -159,7 +162,9 @@ class NodeContext:
 
     def unsupported(self, reason: str) -> UnsupportedOnnxError:
         """An error saying this node uses something the importer does not implement."""
-        err = UnsupportedOnnxError([(self.op_type, self.version, 1, reason)])
+        err = UnsupportedOnnxError(
+            [UnsupportedOp(self.op_type, self.opset, 1, reason, DEFAULT_DOMAIN, self.version)]
+        )
         err.node_labels = [self.node.name or (self.node.output[0] if self.node.output else "?")]
         return err
 
@@ -353,26 +358,23 @@ def _static_shapes(model: Any) -> dict[str, tuple[int | None, ...]]:
     return shapes
 
 
-def _opset(model: Any) -> int:
+def _domain(name: str) -> str:
+    return DEFAULT_DOMAIN if name in _DEFAULT_DOMAINS else name
+
+
+def _opsets(model: Any) -> dict[str, int]:
+    """Domain -> the opset version the model imports (``ai.onnx`` for the default)."""
     import onnx
 
-    for entry in model.opset_import:
-        if entry.domain in _DEFAULT_DOMAINS:
-            return int(entry.version)
+    opsets = {_domain(e.domain): int(e.version) for e in model.opset_import}
     if not model.opset_import:
-        return int(onnx.defs.onnx_opset_version())
-    raise OnnxImportError(
-        "the model imports no ai.onnx opset (opset_import lists "
-        + ", ".join(f"{e.domain or 'ai.onnx'}:{e.version}" for e in model.opset_import)
-        + ")"
-    )
+        opsets[DEFAULT_DOMAIN] = int(onnx.defs.onnx_opset_version())
+    return opsets
 
 
-def _schema_version(op_type: str, domain: str, opset: int) -> int | None:
+def _schema_version(op_type: str, opset: int) -> int | None:
     import onnx
 
-    if domain not in _DEFAULT_DOMAINS:
-        return None
     try:
         schema = onnx.defs.get_schema(op_type, opset, "")
     except Exception:  # onnx raises SchemaError (not exported everywhere) for unknown ops
@@ -380,50 +382,69 @@ def _schema_version(op_type: str, domain: str, opset: int) -> int | None:
     return int(schema.since_version)
 
 
-def _check_supported(model: Any, opset: int) -> list[int]:
+def _check_supported(model: Any, opsets: dict[str, int]) -> list[int]:
     """Schema version per node; raises one error listing every unsupported operator."""
     versions: list[int] = []
-    missing: Counter[tuple[str, int, str]] = Counter()
+    missing: Counter[UnsupportedOp] = Counter()
+    imported = ", ".join(f"{d} {v}" for d, v in sorted(opsets.items())) or "nothing"
     for node in model.graph.node:
-        version = _schema_version(node.op_type, node.domain, opset)
-        op = node.op_type if node.domain in _DEFAULT_DOMAINS else f"{node.domain}::{node.op_type}"
-        if version is None:
-            reason = (
-                "operator from a non-default domain"
-                if node.domain not in _DEFAULT_DOMAINS
-                else f"no such operator in ai.onnx opset {opset}"
-            )
-            missing[(op, opset, reason)] += 1
-            versions.append(0)
+        domain = _domain(node.domain)
+        opset = opsets.get(domain, 0)
+        op = node.op_type if domain == DEFAULT_DOMAIN else f"{domain}::{node.op_type}"
+        version = _schema_version(node.op_type, opset) if domain == DEFAULT_DOMAIN else None
+        versions.append(version or 0)
+        reason = ""
+        if domain not in opsets:
+            reason = f"the model does not import the {domain} domain (it imports {imported})"
+        elif domain != DEFAULT_DOMAIN:
+            reason = f"operator of the {domain} domain (padkit converts ai.onnx operators)"
+        elif version is None:
+            reason = f"onnx {_onnx_version()} knows no {node.op_type} in ai.onnx opset {opset}"
+        elif find_converter(node.op_type, version) is None:
+            first = first_version(node.op_type)
+            if first is not None:
+                reason = f"padkit converts {node.op_type} from schema version {first} on"
+        else:
             continue
-        if find_converter(node.op_type, version) is None:
-            missing[(op, version, "")] += 1
-        versions.append(version)
+        missing[UnsupportedOp(op, opset, 0, reason, domain, version or 0)] += 1
     if missing:
         raise UnsupportedOnnxError(
-            [(op, v, count, reason) for (op, v, reason), count in sorted(missing.items())]
+            [u._replace(nodes=count) for u, count in sorted(missing.items())]
         )
     return versions
+
+
+def _onnx_version() -> str:
+    import onnx
+
+    return str(onnx.__version__)
+
+
+def _inline_functions(model: Any) -> Any:
+    """The model with its local functions (exporters emit some) expanded in place."""
+    if not len(model.functions):
+        return model
+    from onnx import inliner
+
+    return inliner.inline_local_functions(model)
 
 
 def build(model: Any) -> fx.GraphModule:
     """Convert a loaded ``onnx.ModelProto`` (see :func:`padkit.onnx.load`)."""
     from . import _ops_nn, _ops_tensor  # noqa: F401  (registration side effects)
 
-    opset = _opset(model)
-    if opset < 7:
-        raise UnsupportedOnnxError(
-            [("opset", opset, 1, "ai.onnx opsets before 7 are not supported")]
-        )
-    versions = _check_supported(model, opset)
+    model = _inline_functions(model)
+    opsets = _opsets(model)
+    opset = opsets.get(DEFAULT_DOMAIN, 0)
+    versions = _check_supported(model, opsets)
     graph = model.graph
     shapes = _static_shapes(model)
     b = GraphBuilder()
     for init in graph.initializer:
         b.values[init.name] = Const(tensor_from_proto(init))
     for sparse in graph.sparse_initializer:
-        raise UnsupportedOnnxError(
-            [("sparse_initializer", opset, 1, f"{sparse.values.name!r} is sparse")]
+        raise OnnxImportError(
+            f"initializer {sparse.values.name!r} is sparse; padkit.onnx needs dense initializers"
         )
     for inp in graph.input:
         if inp.name in b.values:
@@ -432,8 +453,8 @@ def build(model: Any) -> fx.GraphModule:
         b.values[inp.name] = ph
         if inp.name in shapes:
             b.shapes[ph] = shapes[inp.name]
-    failures: Counter[tuple[str, int, str]] = Counter()
-    labels: dict[tuple[str, int, str], list[str]] = {}
+    failures: Counter[UnsupportedOp] = Counter()
+    labels: dict[UnsupportedOp, list[str]] = {}
     for node, version in zip(graph.node, versions):
         inputs: list[Any] = []
         skip = False
@@ -454,16 +475,17 @@ def build(model: Any) -> fx.GraphModule:
         if skip:
             outs: list[Any] = [_POISON] * len(node.output)
         else:
-            ctx = NodeContext(b, node, version, inputs)
+            ctx = NodeContext(b, node, version, inputs, opset)
             converter = find_converter(node.op_type, version)
             if converter is None:  # pragma: no cover - _check_supported raised already
-                raise UnsupportedOnnxError([(node.op_type, version, 1, "")])
+                raise UnsupportedOnnxError([UnsupportedOp(node.op_type, opset, 1, "")])
             try:
                 outs = list(converter(ctx))
             except UnsupportedOnnxError as err:
-                for op, v, _count, reason in err.unsupported:
-                    failures[(op, v, reason)] += 1
-                    labels.setdefault((op, v, reason), []).extend(err.node_labels)
+                for entry in err.unsupported:
+                    key = entry._replace(nodes=0)
+                    failures[key] += entry.nodes
+                    labels.setdefault(key, []).extend(err.node_labels)
                 outs = [_POISON] * len(node.output)
         for i, name in enumerate(node.output):
             if not name:
@@ -478,10 +500,11 @@ def build(model: Any) -> fx.GraphModule:
                 b.shapes[outs[i]] = shapes[name]
     if failures:
         entries = []
-        for (op, v, reason), count in sorted(failures.items()):
-            names = labels.get((op, v, reason), [])
+        for key, count in sorted(failures.items()):
+            names = labels.get(key, [])
             shown = ", ".join(repr(n) for n in names[:5]) + (", ..." if len(names) > 5 else "")
-            entries.append((op, v, count, f"{reason} (node(s) {shown})" if names else reason))
+            reason = f"{key.reason} (node(s) {shown})" if names else key.reason
+            entries.append(key._replace(nodes=count, reason=reason))
         raise UnsupportedOnnxError(entries)
     results = []
     for out in graph.output:

@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from . import _runtime as R
-from ._graph import Const, NodeContext, Value, onnx_dtype, tensor_from_proto
+from ._graph import ONNX_DTYPES, Const, NodeContext, Value, tensor_from_proto
 from ._registry import register
 
 __all__: list[str] = []
@@ -108,7 +108,11 @@ def clip(ctx: NodeContext) -> list[Value | None]:
 
 def _binary(fn: Callable[..., Any]) -> Callable[[NodeContext], list[Value | None]]:
     def convert(ctx: NodeContext) -> list[Value | None]:
-        return [ctx.call(fn, ctx.required(0), ctx.required(1))]
+        a, b = ctx.required(0), ctx.required(1)
+        if ctx.version < 7 and int(ctx.attr("broadcast", 0)):
+            # opsets 1-6: B's shape matches a run of A's dims starting at ``axis``
+            b = ctx.call(R.legacy_broadcast, a, b, ctx.attr("axis"))
+        return [ctx.call(fn, a, b)]
 
     return convert
 
@@ -125,7 +129,7 @@ _BINARY: dict[str, Callable[..., Any]] = {
     "Greater": torch.gt,
 }
 for _op, _fn in _BINARY.items():
-    register(_op, since=7)(_binary(_fn))
+    register(_op, since=1)(_binary(_fn))
 
 
 @register("Where", since=9)
@@ -142,7 +146,7 @@ def _variadic(op: str) -> Callable[[NodeContext], list[Value | None]]:
 
 
 for _op, _name in {"Sum": "sum", "Max": "max", "Min": "min", "Mean": "mean"}.items():
-    register(_op, since=6)(_variadic(_name))
+    register(_op, since=1)(_variadic(_name))
 
 
 @register("Gemm")
@@ -225,7 +229,10 @@ for _op, _name, _since in (
 @register("Concat")
 def concat(ctx: NodeContext) -> list[Value | None]:
     parts = [v for v in ctx.inputs if v is not None]
-    return [ctx.call(R.concat, parts, int(ctx.attr("axis")))]
+    axis = ctx.attr("axis", 1 if ctx.version < 4 else None)
+    if axis is None:
+        raise ctx.error("attribute axis is required")
+    return [ctx.call(R.concat, parts, int(axis))]
 
 
 @register("Split", since=2)
@@ -265,8 +272,10 @@ def flatten(ctx: NodeContext) -> list[Value | None]:
     return [ctx.call(R.flatten, ctx.required(0), int(ctx.attr("axis", 1)))]
 
 
-@register("Reshape", since=5)
+@register("Reshape", since=1)
 def reshape(ctx: NodeContext) -> list[Value | None]:
+    if ctx.version < 5:
+        return [ctx.call(R.reshape, ctx.required(0), ctx.ints("shape", []), 0)]
     shape = ctx.required(1)
     arg = R.as_ints(shape.tensor) if isinstance(shape, Const) else shape
     return [ctx.call(R.reshape, ctx.required(0), arg, int(ctx.attr("allowzero", 0)))]
@@ -312,12 +321,37 @@ def gather(ctx: NodeContext) -> list[Value | None]:
     return [ctx.call(R.gather, ctx.required(0), ctx.required(1), int(ctx.attr("axis", 0)))]
 
 
-@register("Cast", since=6)
+def _cast_target(ctx: NodeContext, to: Any) -> torch.dtype:
+    from onnx import TensorProto
+
+    if isinstance(to, str):  # Cast-1 names the type
+        try:
+            to = TensorProto.DataType.Value(to.upper())
+        except ValueError:
+            raise ctx.error(f"to={to!r} is no ONNX element type") from None
+    code = int(to)
+    if code not in ONNX_DTYPES:
+        name = TensorProto.DataType.Name(code) if code in TensorProto.DataType.values() else code
+        raise ctx.unsupported(f"element type {name} (torch has no exact equivalent)")
+    return ONNX_DTYPES[code]
+
+
+@register("Cast", since=1)
 def cast(ctx: NodeContext) -> list[Value | None]:
     if int(ctx.attr("saturate", 1)) != 1:
         raise ctx.unsupported("saturate=0 (float8 casts)")
-    dtype = onnx_dtype(int(ctx.attr("to")), "Cast")
+    dtype = _cast_target(ctx, ctx.attr("to"))
     return [ctx.call(R.cast, ctx.required(0), dtype)]
+
+
+@register("CastLike", since=15)
+def cast_like(ctx: NodeContext) -> list[Value | None]:
+    if int(ctx.attr("saturate", 1)) != 1:
+        raise ctx.unsupported("saturate=0 (float8 casts)")
+    x, like = ctx.required(0), ctx.required(1)
+    if isinstance(like, Const):
+        return [ctx.call(R.cast, x, like.tensor.dtype)]
+    return [ctx.call(R.cast_like, x, like)]
 
 
 @register("Shape")

@@ -15,7 +15,14 @@ from typing import TYPE_CHECKING, TypeVar
 if TYPE_CHECKING:
     from ._graph import NodeContext, Value
 
-__all__ = ["CONVERTERS", "Converter", "find_converter", "register", "supported_ops"]
+__all__ = [
+    "CONVERTERS",
+    "Converter",
+    "find_converter",
+    "first_version",
+    "register",
+    "supported_ops",
+]
 
 Converter = Callable[["NodeContext"], "list[Value | None]"]
 F = TypeVar("F", bound=Converter)
@@ -25,11 +32,23 @@ CONVERTERS: dict[str, list[tuple[int, Converter]]] = {}
 
 
 def register(*op_types: str, since: int = 1) -> Callable[[F], F]:
-    """Register a converter for ``op_types`` from schema version ``since`` on."""
+    """Register a converter for ``op_types`` from schema version ``since`` on.
+
+    Raises:
+        ValueError: a converter is registered for one of ``op_types`` at ``since`` already
+            (two converters for the same schema versions would silently shadow each other).
+    """
 
     def wrap(fn: F) -> F:
         for op in op_types:
             entries = CONVERTERS.setdefault(op, [])
+            clash = [other for v, other in entries if v == since]
+            if clash:
+                raise ValueError(
+                    f"a converter for {op} from schema version {since} is registered already "
+                    f"({clash[0].__module__}.{clash[0].__qualname__}); register the new one "
+                    "with another since= or remove the old one"
+                )
             entries.append((since, fn))
             entries.sort(key=lambda e: e[0])
         return fn
@@ -44,6 +63,12 @@ def find_converter(op_type: str, version: int) -> Converter | None:
         if since <= version:
             best = fn
     return best
+
+
+def first_version(op_type: str) -> int | None:
+    """The oldest schema version of ``op_type`` a converter handles, or None."""
+    entries = CONVERTERS.get(op_type)
+    return entries[0][0] if entries else None
 
 
 def supported_ops() -> tuple[str, ...]:

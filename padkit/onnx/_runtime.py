@@ -167,7 +167,25 @@ def cast(x: Tensor, dtype: torch.dtype) -> Tensor:
     return x.to(dtype)
 
 
+def cast_like(x: Tensor, like: Tensor) -> Tensor:
+    """ONNX ``CastLike``: ``x`` in the element type of ``like``."""
+    return x.to(like.dtype)
+
+
 # ----------------------------------------------------------------------------- math
+
+
+def legacy_broadcast(a: Tensor, b: Tensor, axis: int | None) -> Tensor:
+    """Opsets 1-6 ``broadcast=1``: ``b`` matches ``a``'s dims from ``axis`` on (its suffix by
+    default); trailing 1s make it broadcast as numpy does."""
+    start = a.dim() - b.dim() if axis is None else (axis + a.dim() if axis < 0 else axis)
+    tail = a.dim() - start - b.dim()
+    if start < 0 or tail < 0:
+        raise PaddingError(
+            f"legacy broadcast: B of shape {tuple(b.shape)} does not fit A of shape "
+            f"{tuple(a.shape)} at axis {axis}"
+        )
+    return b.reshape(tuple(b.shape) + (1,) * tail)
 
 
 def div(a: Tensor, b: Tensor) -> Tensor:
