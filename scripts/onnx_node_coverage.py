@@ -31,18 +31,37 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
+def as_array(a: Any) -> Any:
+    """A stored input or output as numpy (cases store some as TensorProto)."""
+    if hasattr(a, "SerializeToString") and hasattr(a, "data_type"):
+        from onnx import numpy_helper
+
+        return numpy_helper.to_array(a)
+    return a
+
+
 def is_float(a: Any) -> bool:
-    return isinstance(a, np.ndarray) and "float" in a.dtype.name
+    a = as_array(a)
+    return isinstance(a, np.ndarray) and a.dtype.name in (
+        "float16",
+        "float32",
+        "float64",
+        "bfloat16",
+    )
 
 
-def float_cases() -> list[Any]:
-    """The node test cases whose every output is a floating-point tensor."""
+def all_cases() -> list[Any]:
+    """Every node test case the installed onnx generates."""
     import onnx.backend.test.case.node as node_cases
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        cases = list(node_cases.collect_testcases())
-    return [c for c in cases if c.data_sets and all(is_float(o) for o in c.data_sets[0][1])]
+        return list(node_cases.collect_testcases())
+
+
+def float_cases() -> list[Any]:
+    """The node test cases whose every output is a floating-point tensor."""
+    return [c for c in all_cases() if c.data_sets and all(is_float(o) for o in c.data_sets[0][1])]
 
 
 def primary_op(case: Any, by_name: dict[str, Any]) -> str:
@@ -57,7 +76,7 @@ def to_torch(a: Any) -> Any:
 
     if isinstance(a, list):
         return [to_torch(v) for v in a]
-    a = np.asarray(a)
+    a = np.asarray(as_array(a))
     if a.dtype.name == "bfloat16":
         return torch.from_numpy(a.astype(np.float32)).to(torch.bfloat16)
     return torch.from_numpy(a.copy())
@@ -76,6 +95,7 @@ def check(outs: Any, expected: list[Any], rtol: float, atol: float) -> None:
     if len(outs) != len(expected):
         raise AssertionError(f"{len(outs)} outputs, expected {len(expected)}")
     for got, want in zip(outs, expected):
+        want = as_array(want)
         got_np = to_numpy(got)
         if got_np.dtype.name != want.dtype.name and not (
             want.dtype.name == "bfloat16" and str(got.dtype) == "torch.bfloat16"
@@ -131,12 +151,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--failures", action="store_true", help="list padkit's failures")
     parser.add_argument("--json", help="write per-case results to this file")
     parser.add_argument("-k", help="only cases whose name contains this")
+    parser.add_argument("--all", action="store_true", help="every case, not only float ones")
     args = parser.parse_args(argv)
 
     import torch
 
     torch.set_num_threads(1)
-    cases = float_cases()
+    cases = all_cases() if args.all else float_cases()
     if args.k:
         cases = [c for c in cases if args.k in c.name]
     by_name = {c.name: c for c in cases}
@@ -148,7 +169,8 @@ def main(argv: list[str] | None = None) -> int:
             results[name][case.name] = outcome(RUNNERS[name], case)
         took = time.perf_counter() - start
         passed = sum(ok for ok, _ in results[name].values())
-        print(f"{name}: {passed} of {len(cases)} float-output node tests pass ({took:.0f} s)")
+        what = "node tests" if args.all else "float-output node tests"
+        print(f"{name}: {passed} of {len(cases)} {what} pass ({took:.0f} s)")
 
     per_op: dict[str, collections.Counter[str]] = collections.defaultdict(collections.Counter)
     for case in cases:

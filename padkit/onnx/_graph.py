@@ -7,6 +7,8 @@ folded eagerly) or an ``fx.Node`` (a value that depends on the graph inputs).
 
 from __future__ import annotations
 
+import functools
+import keyword
 import math
 import operator
 import os
@@ -20,7 +22,8 @@ import torch
 from torch import fx, nn
 
 from ._errors import DEFAULT_DOMAIN, OnnxImportError, UnsupportedOnnxError, UnsupportedOp
-from ._registry import find_converter, first_version
+from ._expand import expand_function_ops
+from ._registry import find_converter, first_version, load_converters
 
 __all__ = ["Const", "NodeContext", "Value", "load"]
 
@@ -96,6 +99,7 @@ class NodeContext:
         self.op_type: str = node.op_type
         self.version = version
         self.opset = opset or version
+        self.converting: Any = None  # the Converting run (for subgraphs)
         self.inputs: list[Value | None] = inputs
         self.attrs: dict[str, Any] = {}
         from onnx import helper
@@ -216,6 +220,8 @@ class GraphBuilder:
         base = re.sub(r"\W", "_", hint).strip("_") or "node"
         if base[0].isdigit():
             base = "n_" + base
+        if keyword.iskeyword(base) or base in ("self", "torch"):
+            base += "_"
         name, i = base, 1
         while name in self._names or hasattr(self.root, name):
             i += 1
@@ -315,8 +321,8 @@ def _read_model(model: Any) -> Any:
     )
 
 
-def _static_shapes(model: Any) -> dict[str, tuple[int | None, ...]]:
-    """Value name -> shape from ONNX shape inference (unknown dims as None)."""
+def infer_types(model: Any) -> dict[str, Any]:
+    """Value name -> ``TypeProto`` from ONNX shape inference (what it could infer)."""
     import onnx
     from onnx import helper
 
@@ -330,6 +336,8 @@ def _static_shapes(model: Any) -> dict[str, tuple[int | None, ...]]:
                 extra.append(helper.make_tensor_value_info(init.name, init.data_type, init.dims))
         else:
             small.append(init)
+            if init.name not in declared:
+                extra.append(helper.make_tensor_value_info(init.name, init.data_type, init.dims))
     light = helper.make_model(
         helper.make_graph(
             graph.node,
@@ -342,17 +350,23 @@ def _static_shapes(model: Any) -> dict[str, tuple[int | None, ...]]:
         opset_imports=model.opset_import,
         ir_version=max(model.ir_version, 4),
     )
+    light.functions.extend(model.functions)
     try:
         inferred = onnx.shape_inference.infer_shapes(light, strict_mode=False)
     except Exception:  # shape inference is an optimisation; conversion works without it
         inferred = light
-    shapes: dict[str, tuple[int | None, ...]] = {}
     graph = inferred.graph
-    for info in [*graph.input, *graph.value_info, *graph.output]:
-        ttype = info.type.tensor_type
-        if not info.type.HasField("tensor_type") or not ttype.HasField("shape"):
+    return {info.name: info.type for info in [*graph.input, *graph.value_info, *graph.output]}
+
+
+def static_shapes(types: dict[str, Any]) -> dict[str, tuple[int | None, ...]]:
+    """Value name -> shape (unknown dims as None) of the tensors in ``types``."""
+    shapes: dict[str, tuple[int | None, ...]] = {}
+    for name, vtype in types.items():
+        ttype = vtype.tensor_type
+        if not vtype.HasField("tensor_type") or not ttype.HasField("shape"):
             continue
-        shapes[info.name] = tuple(
+        shapes[name] = tuple(
             d.dim_value if d.HasField("dim_value") else None for d in ttype.shape.dim
         )
     return shapes
@@ -372,6 +386,7 @@ def _opsets(model: Any) -> dict[str, int]:
     return opsets
 
 
+@functools.lru_cache(maxsize=4096)
 def _schema_version(op_type: str, opset: int) -> int | None:
     import onnx
 
@@ -382,17 +397,15 @@ def _schema_version(op_type: str, opset: int) -> int | None:
     return int(schema.since_version)
 
 
-def _check_supported(model: Any, opsets: dict[str, int]) -> list[int]:
-    """Schema version per node; raises one error listing every unsupported operator."""
-    versions: list[int] = []
+def _check_supported(model: Any, opsets: dict[str, int]) -> None:
+    """Raise one error listing every operator (in subgraphs too) without a converter."""
     missing: Counter[UnsupportedOp] = Counter()
     imported = ", ".join(f"{d} {v}" for d, v in sorted(opsets.items())) or "nothing"
-    for node in model.graph.node:
+    for node in all_nodes(model.graph):
         domain = _domain(node.domain)
         opset = opsets.get(domain, 0)
         op = node.op_type if domain == DEFAULT_DOMAIN else f"{domain}::{node.op_type}"
         version = _schema_version(node.op_type, opset) if domain == DEFAULT_DOMAIN else None
-        versions.append(version or 0)
         reason = ""
         if domain not in opsets:
             reason = f"the model does not import the {domain} domain (it imports {imported})"
@@ -411,7 +424,6 @@ def _check_supported(model: Any, opsets: dict[str, int]) -> list[int]:
         raise UnsupportedOnnxError(
             [u._replace(nodes=count) for u, count in sorted(missing.items())]
         )
-    return versions
 
 
 def _onnx_version() -> str:
@@ -429,33 +441,25 @@ def _inline_functions(model: Any) -> Any:
     return inliner.inline_local_functions(model)
 
 
-def build(model: Any) -> fx.GraphModule:
-    """Convert a loaded ``onnx.ModelProto`` (see :func:`padkit.onnx.load`)."""
-    from . import _ops_nn, _ops_tensor  # noqa: F401  (registration side effects)
+class Converting:
+    """What converting one model shares across its graph and subgraphs."""
 
-    model = _inline_functions(model)
-    opsets = _opsets(model)
-    opset = opsets.get(DEFAULT_DOMAIN, 0)
-    versions = _check_supported(model, opsets)
-    graph = model.graph
-    shapes = _static_shapes(model)
-    b = GraphBuilder()
-    for init in graph.initializer:
-        b.values[init.name] = Const(tensor_from_proto(init))
-    for sparse in graph.sparse_initializer:
-        raise OnnxImportError(
-            f"initializer {sparse.values.name!r} is sparse; padkit.onnx needs dense initializers"
-        )
-    for inp in graph.input:
-        if inp.name in b.values:
-            continue  # an initializer listed as input (IR < 4): a constant
-        ph = b.graph.placeholder(re.sub(r"\W", "_", inp.name) or "input")
-        b.values[inp.name] = ph
-        if inp.name in shapes:
-            b.shapes[ph] = shapes[inp.name]
-    failures: Counter[UnsupportedOp] = Counter()
-    labels: dict[UnsupportedOp, list[str]] = {}
-    for node, version in zip(graph.node, versions):
+    def __init__(self, opsets: dict[str, int], shapes: dict[str, tuple[int | None, ...]]):
+        self.opsets = opsets
+        self.opset = opsets.get(DEFAULT_DOMAIN, 0)
+        self.shapes = shapes
+        self.failures: Counter[UnsupportedOp] = Counter()
+        self.labels: dict[UnsupportedOp, list[str]] = {}
+
+    def version(self, node: Any) -> int:
+        return _schema_version(node.op_type, self.opset) or 0
+
+    def run_nodes(self, b: GraphBuilder, nodes: Sequence[Any]) -> None:
+        """Convert ``nodes`` in order into ``b`` (failures are collected, not raised)."""
+        for node in nodes:
+            self._run_node(b, node)
+
+    def _run_node(self, b: GraphBuilder, node: Any) -> None:
         inputs: list[Any] = []
         skip = False
         for name in node.input:
@@ -472,20 +476,21 @@ def build(model: Any) -> fx.GraphModule:
             if value is _POISON:
                 skip = True
             inputs.append(value)
-        if skip:
-            outs: list[Any] = [_POISON] * len(node.output)
-        else:
-            ctx = NodeContext(b, node, version, inputs, opset)
+        outs: list[Any] = [_POISON] * len(node.output)
+        if not skip:
+            version = self.version(node)
+            ctx = NodeContext(b, node, version, inputs, self.opset)
+            ctx.converting = self
             converter = find_converter(node.op_type, version)
             if converter is None:  # pragma: no cover - _check_supported raised already
-                raise UnsupportedOnnxError([UnsupportedOp(node.op_type, opset, 1, "")])
+                raise UnsupportedOnnxError([UnsupportedOp(node.op_type, self.opset, 1, "")])
             try:
                 outs = list(converter(ctx))
             except UnsupportedOnnxError as err:
                 for entry in err.unsupported:
                     key = entry._replace(nodes=0)
-                    failures[key] += entry.nodes
-                    labels.setdefault(key, []).extend(err.node_labels)
+                    self.failures[key] += entry.nodes
+                    self.labels.setdefault(key, []).extend(err.node_labels)
                 outs = [_POISON] * len(node.output)
         for i, name in enumerate(node.output):
             if not name:
@@ -496,16 +501,115 @@ def build(model: Any) -> fx.GraphModule:
                     "but the importer does not produce it"
                 )
             b.values[name] = outs[i]
-            if isinstance(outs[i], fx.Node) and name in shapes:
-                b.shapes[outs[i]] = shapes[name]
-    if failures:
+            if isinstance(outs[i], fx.Node) and name in self.shapes:
+                b.shapes[outs[i]] = self.shapes[name]
+
+    def raise_failures(self) -> None:
+        if not self.failures:
+            return
         entries = []
-        for key, count in sorted(failures.items()):
-            names = labels.get(key, [])
+        for key, count in sorted(self.failures.items()):
+            names = self.labels.get(key, [])
             shown = ", ".join(repr(n) for n in names[:5]) + (", ..." if len(names) > 5 else "")
             reason = f"{key.reason} (node(s) {shown})" if names else key.reason
             entries.append(key._replace(nodes=count, reason=reason))
         raise UnsupportedOnnxError(entries)
+
+    def subgraph(
+        self, graph: Any, outer: dict[str, Any], captured: list[str]
+    ) -> fx.GraphModule | None:
+        """A module for ``graph`` (an ``If`` / ``Loop`` body) whose arguments are the body's
+        own inputs followed by the outer-scope values named in ``captured``. Returns None
+        when a node of it failed to convert (the failure is collected)."""
+        b = GraphBuilder()
+        for init in graph.initializer:
+            b.values[init.name] = Const(tensor_from_proto(init))
+        for inp in graph.input:
+            b.values[inp.name] = b.graph.placeholder(b.attr_name("in_" + inp.name))
+        for name in captured:
+            b.values[name] = b.graph.placeholder(b.attr_name("outer_" + name))
+        for name, value in outer.items():
+            if isinstance(value, Const) and name not in b.values:
+                b.values[name] = value
+        before = sum(self.failures.values())
+        self.run_nodes(b, graph.node)
+        if sum(self.failures.values()) != before:
+            return None
+        results = []
+        for out in graph.output:
+            if out.name not in b.values:
+                raise OnnxImportError(f"subgraph output {out.name!r} is never computed")
+            value = b.values[out.name]
+            if value is _POISON:
+                return None
+            results.append(b.materialize(value))
+        b.graph.output(tuple(results))
+        return fx.GraphModule(b.root, b.graph, class_name="OnnxSubgraph").eval()
+
+
+def outer_names(graph: Any) -> list[str]:
+    """The names ``graph`` (and the subgraphs within it) reads from enclosing scopes."""
+    defined = {i.name for i in graph.initializer} | {i.name for i in graph.input}
+    needed: list[str] = []
+    for node in graph.node:
+        reads = list(node.input)
+        for attr in node.attribute:
+            for sub in _attr_graphs(attr):
+                reads += outer_names(sub)
+        for name in reads:
+            if name and name not in defined and name not in needed:
+                needed.append(name)
+        defined.update(o for o in node.output if o)
+    return needed
+
+
+def _attr_graphs(attr: Any) -> list[Any]:
+    graphs = list(attr.graphs)
+    if attr.HasField("g"):
+        graphs.append(attr.g)
+    return graphs
+
+
+def all_nodes(graph: Any) -> list[Any]:
+    """Every node of ``graph`` and of the subgraphs its nodes hold, depth first."""
+    out = []
+    for node in graph.node:
+        out.append(node)
+        for attr in node.attribute:
+            for sub in _attr_graphs(attr):
+                out += all_nodes(sub)
+    return out
+
+
+def build(model: Any) -> fx.GraphModule:
+    """Convert a loaded ``onnx.ModelProto`` (see :func:`padkit.onnx.load`)."""
+    load_converters()
+
+    model = _inline_functions(model)
+    opsets = _opsets(model)
+    types = infer_types(model)
+    expanded = expand_function_ops(model, opsets, types)
+    if expanded is not model:
+        model, types = expanded, infer_types(expanded)
+    _check_supported(model, opsets)
+    graph = model.graph
+    run = Converting(opsets, static_shapes(types))
+    b = GraphBuilder()
+    for init in graph.initializer:
+        b.values[init.name] = Const(tensor_from_proto(init))
+    for sparse in graph.sparse_initializer:
+        raise OnnxImportError(
+            f"initializer {sparse.values.name!r} is sparse; padkit.onnx needs dense initializers"
+        )
+    for inp in graph.input:
+        if inp.name in b.values:
+            continue  # an initializer listed as input (IR < 4): a constant
+        ph = b.graph.placeholder(re.sub(r"\W", "_", inp.name) or "input")
+        b.values[inp.name] = ph
+        if inp.name in run.shapes:
+            b.shapes[ph] = run.shapes[inp.name]
+    run.run_nodes(b, graph.node)
+    run.raise_failures()
     results = []
     for out in graph.output:
         if out.name not in b.values:

@@ -10,6 +10,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from . import _runtime as R
+from . import _unsigned as U
 from ._graph import ONNX_DTYPES, Const, NodeContext, Value, tensor_from_proto
 from ._registry import register
 
@@ -106,30 +107,32 @@ def clip(ctx: NodeContext) -> list[Value | None]:
 # ----------------------------------------------------------------------------- binary
 
 
-def _binary(fn: Callable[..., Any]) -> Callable[[NodeContext], list[Value | None]]:
+def _binary(fn: Callable[..., Any] | str) -> Callable[[NodeContext], list[Value | None]]:
     def convert(ctx: NodeContext) -> list[Value | None]:
         a, b = ctx.required(0), ctx.required(1)
         if ctx.version < 7 and int(ctx.attr("broadcast", 0)):
             # opsets 1-6: B's shape matches a run of A's dims starting at ``axis``
             b = ctx.call(R.legacy_broadcast, a, b, ctx.attr("axis"))
+        if isinstance(fn, str):
+            return [ctx.call(getattr(U, fn), a, b)]
         return [ctx.call(fn, a, b)]
 
     return convert
 
 
-_BINARY: dict[str, Callable[..., Any]] = {
-    "Add": torch.add,
-    "Sub": torch.sub,
-    "Mul": torch.mul,
-    "Div": R.div,
+_BINARY: dict[str, Callable[..., Any] | str] = {
+    "Add": "add",
+    "Sub": "sub",
+    "Mul": "mul",
+    "Div": "div",
     "Pow": R.pow_,
     "MatMul": torch.matmul,
-    "Equal": torch.eq,
-    "Less": torch.lt,
-    "Greater": torch.gt,
+    "Equal": "eq",
+    "Less": "lt",
+    "Greater": "gt",
 }
-for _op, _fn in _BINARY.items():
-    register(_op, since=1)(_binary(_fn))
+for _op, _bin in _BINARY.items():
+    register(_op, since=1)(_binary(_bin))
 
 
 @register("Where", since=9)
@@ -196,31 +199,6 @@ def _softmax(log: bool) -> Callable[[NodeContext], list[Value | None]]:
 
 register("Softmax")(_softmax(False))
 register("LogSoftmax")(_softmax(True))
-
-
-def _reduce(op: str, axes_input_since: int) -> Callable[[NodeContext], list[Value | None]]:
-    def convert(ctx: NodeContext) -> list[Value | None]:
-        keepdims = int(ctx.attr("keepdims", 1))
-        noop = int(ctx.attr("noop_with_empty_axes", 0))
-        x = ctx.required(0)
-        if ctx.version < axes_input_since:
-            return [ctx.call(R.reduce, x, op, ctx.ints("axes"), keepdims)]
-        axes = ctx.input(1)
-        if isinstance(axes, Const):
-            return [ctx.call(R.reduce, x, op, R.as_ints(axes.tensor), keepdims, noop)]
-        return [ctx.call(R.reduce, x, op, axes, keepdims, noop)]
-
-    return convert
-
-
-for _op, _name, _since in (
-    ("ReduceMean", "mean", 18),
-    ("ReduceSum", "sum", 13),
-    ("ReduceMax", "max", 18),
-    ("ReduceMin", "min", 18),
-    ("ReduceProd", "prod", 18),
-):
-    register(_op)(_reduce(_name, _since))
 
 
 # ----------------------------------------------------------------------------- tensor shape ops

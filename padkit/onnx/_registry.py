@@ -20,6 +20,7 @@ __all__ = [
     "Converter",
     "find_converter",
     "first_version",
+    "load_converters",
     "register",
     "supported_ops",
 ]
@@ -78,6 +79,10 @@ def supported_ops() -> tuple[str, ...]:
         >>> "Conv" in supported_ops() and "Pad" in supported_ops()
         True
     """
-    from . import _ops_nn, _ops_tensor  # noqa: F401  (registration side effects)
-
+    load_converters()
     return tuple(sorted(CONVERTERS))
+
+
+def load_converters() -> None:
+    """Import every converter module (registration is their import side effect)."""
+    from . import _ops_control, _ops_index, _ops_math, _ops_nn, _ops_tensor  # noqa: F401

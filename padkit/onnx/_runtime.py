@@ -188,13 +188,6 @@ def legacy_broadcast(a: Tensor, b: Tensor, axis: int | None) -> Tensor:
     return b.reshape(tuple(b.shape) + (1,) * tail)
 
 
-def div(a: Tensor, b: Tensor) -> Tensor:
-    """ONNX ``Div``: integer division truncates toward zero."""
-    if not a.dtype.is_floating_point and not b.dtype.is_floating_point:
-        return torch.div(a, b, rounding_mode="trunc")
-    return a / b
-
-
 def pow_(a: Tensor, b: Tensor) -> Tensor:
     """ONNX ``Pow``: the result has the base's type."""
     return torch.pow(a, b).to(a.dtype)
@@ -202,14 +195,11 @@ def pow_(a: Tensor, b: Tensor) -> Tensor:
 
 def variadic(op: str, *tensors: Tensor) -> Tensor:
     """ONNX ``Sum`` / ``Max`` / ``Min`` / ``Mean`` over broadcastable inputs."""
+    from ._unsigned import binary
+
     out = tensors[0]
     for t in tensors[1:]:
-        if op in ("sum", "mean"):
-            out = out + t
-        elif op == "max":
-            out = torch.maximum(out, t)
-        else:
-            out = torch.minimum(out, t)
+        out = binary("add" if op in ("sum", "mean") else op, out, t)
     return out / len(tensors) if op == "mean" else out
 
 
@@ -258,31 +248,6 @@ def gemm(
         out = out * alpha
     if c is not None:
         out = out + (c * beta if beta != 1.0 else c)
-    return out
-
-
-def reduce(
-    x: Tensor, op: str, axes: IntsLike | None, keepdims: int, noop_with_empty_axes: int = 0
-) -> Tensor:
-    """ONNX ``Reduce{Mean,Sum,Max,Min,Prod}``."""
-    dims = [] if axes is None else as_ints(axes)
-    if not dims:
-        if noop_with_empty_axes:
-            return x
-        dims = list(range(x.dim()))
-    dims = sorted({d + x.dim() if d < 0 else d for d in dims})
-    keep = bool(keepdims)
-    if op == "mean":
-        return x.mean(dim=dims, keepdim=keep)
-    if op == "sum":
-        return x.sum(dim=dims, keepdim=keep)
-    if op == "max":
-        return x.amax(dim=dims, keepdim=keep)
-    if op == "min":
-        return x.amin(dim=dims, keepdim=keep)
-    out = x
-    for d in reversed(dims):
-        out = out.prod(dim=d, keepdim=keep)
     return out
 
 
