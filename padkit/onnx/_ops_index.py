@@ -397,3 +397,75 @@ def center_crop_pad_(ctx: NodeContext) -> list[Value | None]:
     shape = ctx.required(1)
     arg = R.as_ints(shape.tensor) if isinstance(shape, Const) else shape
     return [ctx.call(center_crop_pad, ctx.required(0), arg, ctx.ints("axes"))]
+
+
+# ----------------------------------------------------------------------------- detection
+
+
+def _corners(boxes: Tensor, center_point_box: int) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """``(x_min, x_max, y_min, y_max)`` of ``(N, 4)`` boxes."""
+    if center_point_box:
+        xc, yc, w, h = boxes.unbind(-1)
+        return xc - w / 2, xc + w / 2, yc - h / 2, yc + h / 2
+    y1, x1, y2, x2 = boxes.unbind(-1)
+    return torch.minimum(x1, x2), torch.maximum(x1, x2), torch.minimum(y1, y2), y1.maximum(y2)
+
+
+def _suppressed_by(
+    corners: tuple[Tensor, Tensor, Tensor, Tensor], i: int, iou_threshold: float
+) -> Tensor:
+    """Which boxes box ``i`` suppresses: IoU above the threshold (boxes without area or
+    overlap never are)."""
+    x0, x1, y0, y1 = corners
+    ix = torch.minimum(x1[i], x1) - torch.maximum(x0[i], x0)
+    iy = torch.minimum(y1[i], y1) - torch.maximum(y0[i], y0)
+    inter = ix * iy
+    area = (x1 - x0) * (y1 - y0)
+    union = area[i] + area - inter
+    valid = (ix > 0) & (iy > 0) & (inter > 0) & (area[i] > 0) & (area > 0) & (union > 0)
+    iou = inter / torch.where(valid, union, torch.ones_like(union))
+    return valid & (iou > iou_threshold)
+
+
+def non_max_suppression(
+    boxes: Tensor,
+    scores: Tensor,
+    max_per_class: Tensor | None,
+    iou_threshold: Tensor | None,
+    score_threshold: Tensor | None,
+    center_point_box: int,
+) -> Tensor:
+    """ONNX ``NonMaxSuppression``: ``(batch, class, box)`` triples, greedily per batch and
+    class in order of decreasing score (ties: the lower box index first)."""
+    limit = 0 if max_per_class is None or max_per_class.numel() == 0 else int(max_per_class)
+    limit = max(limit, 0)
+    iou_t = 0.0 if iou_threshold is None or iou_threshold.numel() == 0 else float(iou_threshold)
+    use_score = score_threshold is not None and score_threshold.numel() > 0
+    score_t = float(score_threshold) if use_score and score_threshold is not None else 0.0
+    selected: list[tuple[int, int, int]] = []
+    for b in range(boxes.shape[0] if limit else 0):
+        corners = _corners(boxes[b], center_point_box)
+        for c in range(scores.shape[1]):
+            s = scores[b, c]
+            order = torch.sort(s, descending=True, stable=True).indices
+            if use_score:
+                order = order[s[order] > score_t]
+            removed = torch.zeros(s.shape[0], dtype=torch.bool)
+            kept = 0
+            for i in order.tolist():
+                if bool(removed[i]):
+                    continue
+                selected.append((b, c, i))
+                kept += 1
+                if kept >= limit:
+                    break
+                removed |= _suppressed_by(corners, i, iou_t)
+    out = torch.tensor(selected, dtype=torch.int64, device=boxes.device)
+    return out.reshape(-1, 3)
+
+
+@register("NonMaxSuppression", since=10)
+def non_max_suppression_(ctx: NodeContext) -> list[Value | None]:
+    center = int(ctx.attr("center_point_box", 0))
+    args = [ctx.input(i) for i in range(5)]
+    return [ctx.call(non_max_suppression, *args, center)]
