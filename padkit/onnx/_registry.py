@@ -86,3 +86,18 @@ def supported_ops() -> tuple[str, ...]:
 def load_converters() -> None:
     """Import every converter module (registration is their import side effect)."""
     from . import _ops_control, _ops_index, _ops_math, _ops_nn, _ops_tensor  # noqa: F401
+
+
+def op_table_markdown() -> str:
+    """The Markdown table of converted operators and schema versions (docs/onnx-import.md).
+
+    Example:
+        >>> op_table_markdown().splitlines()[0]
+        '| Operator | Schema versions | Converters from |'
+    """
+    load_converters()
+    lines = ["| Operator | Schema versions | Converters from |", "|---|---|---|"]
+    for op in sorted(CONVERTERS, key=str.lower):
+        versions = [v for v, _ in CONVERTERS[op]]
+        lines.append(f"| `{op}` | {versions[0]}+ | {', '.join(str(v) for v in versions)} |")
+    return "\n".join(lines) + "\n"
