@@ -160,3 +160,39 @@ def test_ssdlite320_mobilenet_v3_large(tmp_path: Any) -> None:
     for g, w in zip(got, want):
         assert g.shape == w.shape and g.dtype == w.dtype
         np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-4)
+
+
+class SmallCNN(torch.nn.Module):
+    """Conv, batch norm, ceil-mode pool, flatten, linear: what classifier exports hold."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.features = torch.nn.Sequential(
+            torch.nn.Conv2d(3, 8, 3, stride=2, padding=1),
+            torch.nn.BatchNorm2d(8),
+            torch.nn.ReLU(),
+            torch.nn.MaxPool2d(3, 2, ceil_mode=True),
+            torch.nn.Conv2d(8, 4, 1),
+        )
+        self.fc = torch.nn.Linear(4 * 4 * 4, 10)
+
+    def forward(self, x: Any) -> Any:
+        return self.fc(torch.flatten(self.features(x), 1))
+
+
+@pytest.mark.parametrize("dynamo", [False, True], ids=["torchscript", "dynamo"])
+def test_loaded_graph_is_torch_exportable_with_dynamic_batch(dynamo: bool, tmp_path: Any) -> None:
+    """Import keeps the ONNX graph's dynamic batch: torch.export with a symbolic batch
+    succeeds (no size specialised to the traced batch) and the exported program matches the
+    original model at other batch sizes."""
+    torch.manual_seed(0)
+    model = SmallCNN().eval()
+    path = str(tmp_path / "cnn.onnx")
+    export(model, (torch.rand(2, 3, 16, 16),), path, 18, dynamo)
+    module = load(path)
+    batch = torch.export.Dim("batch", min=1, max=64)
+    program = torch.export.export(module, (torch.rand(2, 3, 16, 16),), dynamic_shapes=({0: batch},))
+    for n in (1, 5):
+        x = torch.rand(n, 3, 16, 16)
+        with torch.no_grad():
+            torch.testing.assert_close(program.module()(x), model(x), rtol=1e-5, atol=1e-5)

@@ -61,7 +61,8 @@ def reshape(x: Tensor, shape: IntsLike, allowzero: int = 0) -> Tensor:
     """ONNX ``Reshape``: 0 copies the input dim (unless ``allowzero``), -1 is inferred."""
     dims = as_ints(shape)
     if not allowzero:
-        dims = [int(x.shape[i]) if d == 0 else d for i, d in enumerate(dims)]
+        # the input's own (possibly symbolic) size, so torch.export keeps the dim dynamic
+        return x.reshape([x.shape[i] if d == 0 else d for i, d in enumerate(dims)])
     return x.reshape(dims)
 
 
@@ -69,8 +70,8 @@ def flatten(x: Tensor, axis: int) -> Tensor:
     """ONNX ``Flatten``: a 2-D tensor ``(prod(shape[:axis]), prod(shape[axis:]))``."""
     if axis < 0:
         axis += x.dim()
-    outer = math.prod(int(v) for v in x.shape[:axis])
-    return x.reshape(outer, math.prod(int(v) for v in x.shape[axis:]))
+    # products of the (possibly symbolic) sizes: no int(), so torch.export keeps them dynamic
+    return x.reshape(math.prod(x.shape[:axis]), math.prod(x.shape[axis:]))
 
 
 def squeeze(x: Tensor, axes: IntsLike | None = None) -> Tensor:
@@ -121,6 +122,9 @@ def split(
     return tuple(torch.split(x, parts, dim=axis))
 
 
+_HUGE = 2**62  # beyond any tensor size; slice bounds are clamped to it
+
+
 def onnx_slice(
     x: Tensor,
     starts: IntsLike,
@@ -135,11 +139,11 @@ def onnx_slice(
     for start, end, axis, step in zip(s_list, e_list, a_list, st_list):
         if axis < 0:
             axis += x.dim()
-        n = int(x.shape[axis])
-        lo, hi, st = slice(start, end, step).indices(n)
-        if st > 0:
-            x = x[(slice(None),) * axis + (slice(lo, hi, st),)]
+        if step > 0:  # torch clamps like Python; no int(size), so dims stay symbolic
+            lo, hi = (min(max(v, -_HUGE), _HUGE) for v in (start, end))  # INT64_MAX and co
+            x = x[(slice(None),) * axis + (slice(lo, hi, step),)]
         else:
+            lo, hi, st = slice(start, end, step).indices(int(x.shape[axis]))
             index = torch.arange(lo, hi, st, device=x.device)
             x = x.index_select(axis, index)
     return x
@@ -440,7 +444,7 @@ class MaxPoolIndices(nn.Module):
             for c, size in zip(reversed(coords), reversed(spatial)):
                 flat = flat * size + c
             idx = flat
-        batch, channels = int(x.shape[0]), int(x.shape[1])
+        batch, channels = x.shape[0], x.shape[1]
         offset = torch.arange(batch * channels, dtype=idx.dtype, device=idx.device).view(
             batch, channels, *([1] * len(spatial))
         )
@@ -471,7 +475,7 @@ class LocalResponseNorm(nn.Module):
         self.bias = bias
 
     def forward(self, x: Tensor) -> Tensor:
-        n, c = int(x.shape[0]), int(x.shape[1])
+        n, c = x.shape[0], x.shape[1]
         sq = (x * x).reshape(n, 1, c, -1)
         lo = (self.size - 1) // 2
         hi = self.size - 1 - lo
