@@ -274,3 +274,24 @@ def test_function_defined_op_expands_into_its_body() -> None:
     (want,) = ReferenceEvaluator(model).run(None, {"x": x})
     (got,) = padkit_out(model, {"x": x})
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("coord", ["half_pixel", "output_half_pixel"])
+@pytest.mark.parametrize(("mode", "ratio"), [("avg", 0), ("avg", 2), ("max", 2)])
+def test_roi_align(coord: str, mode: str, ratio: int) -> None:
+    x = rand(2, 3, 10, 12)
+    corners = RNG.uniform(-2, 14, (5, 2, 2)).astype(np.float32)
+    rois = np.concatenate([corners.min(1), corners.max(1)], 1)  # x1, y1, x2, y2
+    feeds = {"x": x, "rois": rois, "idx": np.array([0, 1, 1, 0, 1], np.int64)}
+    node = helper.make_node(
+        "RoiAlign",
+        ["x", "rois", "idx"],
+        ["y"],
+        coordinate_transformation_mode=coord,
+        mode=mode,
+        output_height=3,
+        output_width=4,
+        sampling_ratio=ratio,
+        spatial_scale=0.8,
+    )
+    same_as_ort(model_of([node], feeds, ["y"], opset=16), feeds, atol=1e-5)

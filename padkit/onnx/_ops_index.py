@@ -469,3 +469,101 @@ def non_max_suppression_(ctx: NodeContext) -> list[Value | None]:
     center = int(ctx.attr("center_point_box", 0))
     args = [ctx.input(i) for i in range(5)]
     return [ctx.call(non_max_suppression, *args, center)]
+
+
+def _roi_axis(
+    start: float, bin_size: float, bins: int, grid: int, size: int
+) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+    """Bilinear taps along one axis of RoiAlign's sampling grid: ``(low, high, w_low,
+    w_high, inside)``, each ``(bins * grid,)``."""
+    b = torch.arange(bins, dtype=torch.float64).unsqueeze(1)
+    g = torch.arange(grid, dtype=torch.float64).unsqueeze(0)
+    coord = (start + b * bin_size + (g + 0.5) * bin_size / grid).reshape(-1)
+    inside = (coord >= -1.0) & (coord <= size)
+    coord = coord.clamp(min=0)
+    low = torch.floor(coord).long()
+    at_end = low >= size - 1
+    low = torch.where(at_end, torch.full_like(low, size - 1), low)
+    high = torch.where(at_end, low, low + 1)
+    coord = torch.where(at_end, low.double(), coord)
+    frac = coord - low.double()
+    return low, high, 1.0 - frac, frac, inside
+
+
+def roi_align(
+    x: Tensor,
+    rois: Tensor,
+    batch_indices: Tensor,
+    half_pixel: bool,
+    mode: str,
+    out_h: int,
+    out_w: int,
+    sampling_ratio: int,
+    spatial_scale: float,
+) -> Tensor:
+    """ONNX ``RoiAlign``: per region, ``out_h x out_w`` bins each averaging (or, ``mode="max"``,
+    taking the largest weighted tap of) a grid of bilinear samples."""
+    channels, height, width = x.shape[1], int(x.shape[2]), int(x.shape[3])
+    outs = []
+    offset = 0.5 if half_pixel else 0.0
+    for n in range(rois.shape[0]):
+        x0, y0, x1, y1 = (float(v) * spatial_scale - offset for v in rois[n].tolist())
+        roi_w, roi_h = x1 - x0, y1 - y0
+        if not half_pixel:
+            roi_w, roi_h = max(roi_w, 1.0), max(roi_h, 1.0)
+        bin_h, bin_w = roi_h / out_h, roi_w / out_w
+        grid_h = sampling_ratio if sampling_ratio > 0 else math.ceil(roi_h / out_h)
+        grid_w = sampling_ratio if sampling_ratio > 0 else math.ceil(roi_w / out_w)
+        if grid_h <= 0 or grid_w <= 0:
+            outs.append(torch.zeros((channels, out_h, out_w), dtype=x.dtype, device=x.device))
+            continue
+        feat = x[int(batch_indices[n])].double()
+        ylo, yhi, wyl, wyh, yin = _roi_axis(y0, bin_h, out_h, grid_h, height)
+        xlo, xhi, wxl, wxh, xin = _roi_axis(x0, bin_w, out_w, grid_w, width)
+        inside = (yin[:, None] & xin[None, :]).double()
+        taps = [
+            (ylo, xlo, wyl[:, None] * wxl[None, :]),
+            (ylo, xhi, wyl[:, None] * wxh[None, :]),
+            (yhi, xlo, wyh[:, None] * wxl[None, :]),
+            (yhi, xhi, wyh[:, None] * wxh[None, :]),
+        ]
+        terms = [feat[:, ys[:, None], xs[None, :]] * (w * inside) for ys, xs, w in taps]
+        shape = (channels, out_h, grid_h, out_w, grid_w)
+        if mode == "avg":
+            total = (terms[0] + terms[1] + terms[2] + terms[3]).reshape(shape)
+            pooled = total.sum((2, 4)) / max(grid_h * grid_w, 1)
+        else:
+            best = torch.stack(terms).amax(0).reshape(shape)
+            pooled = best.amax(4).amax(2)
+        outs.append(pooled.to(x.dtype))
+    if not outs:
+        return torch.zeros((0, channels, out_h, out_w), dtype=x.dtype, device=x.device)
+    return torch.stack(outs)
+
+
+@register("RoiAlign", since=10)
+def roi_align_(ctx: NodeContext) -> list[Value | None]:
+    default = "half_pixel" if ctx.version >= 16 else "output_half_pixel"
+    coord = str(ctx.attr("coordinate_transformation_mode", default))
+    if coord not in ("half_pixel", "output_half_pixel"):
+        raise ctx.error(
+            f"coordinate_transformation_mode must be 'half_pixel' or 'output_half_pixel', "
+            f"got {coord!r}"
+        )
+    mode = str(ctx.attr("mode", "avg"))
+    if mode not in ("avg", "max"):
+        raise ctx.error(f"mode must be 'avg' or 'max', got {mode!r}")
+    return [
+        ctx.call(
+            roi_align,
+            ctx.required(0),
+            ctx.required(1),
+            ctx.required(2),
+            coord == "half_pixel",
+            mode,
+            int(ctx.attr("output_height", 1)),
+            int(ctx.attr("output_width", 1)),
+            int(ctx.attr("sampling_ratio", 0)),
+            float(ctx.attr("spatial_scale", 1.0)),
+        )
+    ]
