@@ -295,3 +295,38 @@ def test_roi_align(coord: str, mode: str, ratio: int) -> None:
         spatial_scale=0.8,
     )
     same_as_ort(model_of([node], feeds, ["y"], opset=16), feeds, atol=1e-5)
+
+
+def test_runtime_reshape_chain_stays_exportable_with_dynamic_batch() -> None:
+    """Shape -> Gather -> Unsqueeze -> Concat -> Reshape (TorchScript's x.view(x.size(0), -1))
+    on a symbolic batch: the Reshape takes its sizes from the input, not from the shape
+    tensor's values, so torch.export keeps the batch dynamic."""
+    nodes = [
+        helper.make_node("Shape", ["x"], ["s"]),
+        helper.make_node("Gather", ["s", "zero"], ["n"], axis=0),
+        helper.make_node("Unsqueeze", ["n", "ax"], ["n1"]),
+        helper.make_node("Concat", ["n1", "minus"], ["shape"], axis=0),
+        helper.make_node("Reshape", ["x", "shape"], ["flat"]),
+        helper.make_node("MatMul", ["flat", "w"], ["y"]),
+    ]
+    inits = {
+        "zero": np.array(0, np.int64),
+        "ax": np.array([0], np.int64),
+        "minus": np.array([-1], np.int64),
+        "w": rand(12, 5),
+    }
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 3, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        initializer=[numpy_helper.from_array(v, k) for k, v in inits.items()],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    module = load(model)
+    batch = torch.export.Dim("batch", min=1, max=64)
+    program = torch.export.export(module, (torch.rand(2, 3, 4),), dynamic_shapes=({0: batch},))
+    for n in (1, 5):
+        x = rand(n, 3, 4)
+        (want,) = ort_out(model, {"x": x})
+        np.testing.assert_allclose(program.module()(torch.from_numpy(x)).numpy(), want, rtol=1e-5)

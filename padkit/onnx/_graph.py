@@ -352,11 +352,24 @@ def infer_types(model: Any) -> dict[str, Any]:
     )
     light.functions.extend(model.functions)
     try:
-        inferred = onnx.shape_inference.infer_shapes(light, strict_mode=False)
+        inferred = onnx.shape_inference.infer_shapes(light, strict_mode=False, data_prop=True)
     except Exception:  # shape inference is an optimisation; conversion works without it
         inferred = light
     graph = inferred.graph
     return {info.name: info.type for info in [*graph.input, *graph.value_info, *graph.output]}
+
+
+def dim_params(types: dict[str, Any]) -> dict[str, tuple[str | None, ...]]:
+    """Value name -> the symbolic names (``dim_param``) of its dims, None where there is none."""
+    params: dict[str, tuple[str | None, ...]] = {}
+    for name, vtype in types.items():
+        ttype = vtype.tensor_type
+        if not vtype.HasField("tensor_type") or not ttype.HasField("shape"):
+            continue
+        params[name] = tuple(
+            d.dim_param if d.HasField("dim_param") else None for d in ttype.shape.dim
+        )
+    return params
 
 
 def static_shapes(types: dict[str, Any]) -> dict[str, tuple[int | None, ...]]:
@@ -444,7 +457,15 @@ def _inline_functions(model: Any) -> Any:
 class Converting:
     """What converting one model shares across its graph and subgraphs."""
 
-    def __init__(self, opsets: dict[str, int], shapes: dict[str, tuple[int | None, ...]]):
+    def __init__(
+        self,
+        opsets: dict[str, int],
+        shapes: dict[str, tuple[int | None, ...]],
+        params: dict[str, tuple[str | None, ...]] | None = None,
+    ):
+        self.params = params or {}
+        #: dim_param -> (graph input, dim index) that carries that size at run time
+        self.symbols: dict[str, tuple[fx.Node, int]] = {}
         self.opsets = opsets
         self.opset = opsets.get(DEFAULT_DOMAIN, 0)
         self.shapes = shapes
@@ -593,7 +614,7 @@ def build(model: Any) -> fx.GraphModule:
         model, types = expanded, infer_types(expanded)
     _check_supported(model, opsets)
     graph = model.graph
-    run = Converting(opsets, static_shapes(types))
+    run = Converting(opsets, static_shapes(types), dim_params(types))
     b = GraphBuilder()
     for init in graph.initializer:
         b.values[init.name] = Const(tensor_from_proto(init))
@@ -608,6 +629,9 @@ def build(model: Any) -> fx.GraphModule:
         b.values[inp.name] = ph
         if inp.name in run.shapes:
             b.shapes[ph] = run.shapes[inp.name]
+        for j, param in enumerate(run.params.get(inp.name, ())):
+            if param is not None:
+                run.symbols.setdefault(param, (ph, j))
     run.run_nodes(b, graph.node)
     run.raise_failures()
     results = []
@@ -617,6 +641,9 @@ def build(model: Any) -> fx.GraphModule:
         results.append(b.materialize(b.values[out.name]))
     b.graph.output(results[0] if len(results) == 1 else tuple(results))
     module = fx.GraphModule(b.root, b.graph, class_name="OnnxModule")
+    if module.graph.eliminate_dead_code():  # shape arithmetic symbolic sizes made unneeded
+        module.delete_all_unused_submodules()
+        module.recompile()
     return module.eval()
 
 

@@ -250,11 +250,46 @@ def flatten(ctx: NodeContext) -> list[Value | None]:
     return [ctx.call(R.flatten, ctx.required(0), int(ctx.attr("axis", 1)))]
 
 
+def _inferred_shape(ctx: NodeContext, minus_one: bool) -> list[Any] | None:
+    """Output 0's shape as ONNX shape inference (with data propagation) sees it, for a node
+    whose shape argument is computed at run time: literal sizes, ``(tensor, j)`` for a
+    dimension named like dim ``j`` of a graph input, and (``minus_one``) at most one -1 for
+    the rest. None when that does not pin the shape down. Sizes read from the graph inputs
+    stay symbolic under ``torch.export``, where a shape tensor's values would not."""
+    run = ctx.converting
+    if run is None:
+        return None
+    out = run.shapes.get(ctx.node.output[0])
+    names = run.params.get(ctx.node.output[0])
+    if out is None or names is None or len(names) != len(out):
+        return None
+    dims: list[Any] = []
+    for size, name in zip(out, names):
+        if size is not None:
+            if size <= 0:
+                return None
+            dims.append(int(size))
+        elif name is not None and name in run.symbols:
+            dims.append(run.symbols[name])
+        elif minus_one and -1 not in dims:
+            dims.append(-1)
+        else:
+            return None
+    return dims
+
+
 @register("Reshape", since=1)
 def reshape(ctx: NodeContext) -> list[Value | None]:
     if ctx.version < 5:
         return [ctx.call(R.reshape, ctx.required(0), ctx.ints("shape", []), 0)]
     shape = ctx.required(1)
+    if not isinstance(shape, Const):
+        # a shape computed at run time whose result ONNX shape inference (with data
+        # propagation) knows up to one dimension: the literal shape with -1 there is the same
+        # reshape, and keeps a symbolic batch symbolic under torch.export
+        dims = _inferred_shape(ctx, minus_one=True)
+        if dims is not None:
+            return [ctx.call(R.reshape_to, ctx.required(0), dims)]
     arg = R.as_ints(shape.tensor) if isinstance(shape, Const) else shape
     return [ctx.call(R.reshape, ctx.required(0), arg, int(ctx.attr("allowzero", 0)))]
 
@@ -290,6 +325,10 @@ register("Unsqueeze")(_axes_op(R.unsqueeze, 13))
 @register("Expand", since=8)
 def expand(ctx: NodeContext) -> list[Value | None]:
     shape = ctx.required(1)
+    if not isinstance(shape, Const):
+        dims = _inferred_shape(ctx, minus_one=False)
+        if dims is not None:
+            return [ctx.call(R.expand_to, ctx.required(0), dims)]
     arg = R.as_ints(shape.tensor) if isinstance(shape, Const) else shape
     return [ctx.call(R.expand, ctx.required(0), arg)]
 
@@ -376,4 +415,9 @@ def constant(ctx: NodeContext) -> list[Value | None]:
 def constant_of_shape(ctx: NodeContext) -> list[Value | None]:
     value = ctx.attr("value")
     fill = tensor_from_proto(value) if value is not None else torch.zeros(1)
-    return [ctx.call(R.constant_of_shape, ctx.required(0), Const(fill))]
+    shape = ctx.required(0)
+    if not isinstance(shape, Const):
+        dims = _inferred_shape(ctx, minus_one=False)
+        if dims is not None:
+            return [ctx.call(R.constant_of_sizes, dims, Const(fill))]
+    return [ctx.call(R.constant_of_shape, shape, Const(fill))]

@@ -66,6 +66,29 @@ def reshape(x: Tensor, shape: IntsLike, allowzero: int = 0) -> Tensor:
     return x.reshape(dims)
 
 
+SizeSpec = Sequence[Any]  # ints, or (tensor, j) for the (possibly symbolic) size of dim j
+
+
+def sizes(dims: SizeSpec) -> list[Any]:
+    """The sizes ``dims`` names: ints as they are, ``(tensor, j)`` as ``tensor.shape[j]``."""
+    return [d[0].shape[d[1]] if isinstance(d, (tuple, list)) else d for d in dims]
+
+
+def reshape_to(x: Tensor, dims: SizeSpec) -> Tensor:
+    """Reshape to the sizes ``dims`` names (one may be -1)."""
+    return x.reshape(sizes(dims))
+
+
+def expand_to(x: Tensor, dims: SizeSpec) -> Tensor:
+    """ONNX ``Expand`` to the output sizes ``dims`` names."""
+    return x.expand(sizes(dims))
+
+
+def constant_of_sizes(dims: SizeSpec, value: Tensor) -> Tensor:
+    """ONNX ``ConstantOfShape`` with the sizes ``dims`` names."""
+    return torch.full(sizes(dims), value.reshape(-1)[0].item(), dtype=value.dtype)
+
+
 def flatten(x: Tensor, axis: int) -> Tensor:
     """ONNX ``Flatten``: a 2-D tensor ``(prod(shape[:axis]), prod(shape[axis:]))``."""
     if axis < 0:
