@@ -351,10 +351,15 @@ def infer_types(model: Any) -> dict[str, Any]:
         ir_version=max(model.ir_version, 4),
     )
     light.functions.extend(model.functions)
-    try:
-        inferred = onnx.shape_inference.infer_shapes(light, strict_mode=False, data_prop=True)
-    except Exception:  # shape inference is an optimisation; conversion works without it
-        inferred = light
+    inferred = light
+    for data_prop in (True, False):  # data propagation names more dims, but may give up
+        try:
+            inferred = onnx.shape_inference.infer_shapes(
+                light, strict_mode=False, data_prop=data_prop
+            )
+            break
+        except Exception:  # shape inference is an optimisation; conversion works without it
+            continue
     graph = inferred.graph
     return {info.name: info.type for info in [*graph.input, *graph.value_info, *graph.output]}
 
