@@ -231,8 +231,13 @@ def _import_problem(model: str) -> tuple[str | None, list[dict[str, Any]]]:
         load(model)  # the path, so that external data is found
     except UnsupportedOnnxError as err:
         ops: list[dict[str, Any]] = [
-            {"op": op, "opset": opset, "count": count, "reason": reason}
-            for op, opset, count, reason in err.unsupported
+            {
+                "op": u.op,
+                "opset": u.opset,
+                "count": u.nodes,
+                "reason": u.reason,
+            }
+            for u in err.unsupported
         ]
         listed = "; ".join(
             f"{o['op']} (opset {o['opset']}) x{o['count']}"

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-TENSORFLOW_MODULES = ("test_keras.py",)
+TENSORFLOW_MODULES = ("test_keras.py", "test_onnx_tf2onnx.py")
 
 
 def pytest_collection_modifyitems(

@@ -7,6 +7,8 @@ folded eagerly) or an ``fx.Node`` (a value that depends on the graph inputs).
 
 from __future__ import annotations
 
+import functools
+import keyword
 import math
 import operator
 import os
@@ -19,8 +21,9 @@ from typing import Any, TypeAlias
 import torch
 from torch import fx, nn
 
-from ._errors import OnnxImportError, UnsupportedOnnxError
-from ._registry import find_converter
+from ._errors import DEFAULT_DOMAIN, OnnxImportError, UnsupportedOnnxError, UnsupportedOp
+from ._expand import expand_function_ops
+from ._registry import find_converter, first_version, load_converters
 
 __all__ = ["Const", "NodeContext", "Value", "load"]
 
@@ -57,7 +60,7 @@ _INFER_MAX_ELEMENTS = 4096
 def onnx_dtype(code: int, what: str) -> torch.dtype:
     """The torch dtype of an ONNX element type, or raise."""
     if code not in ONNX_DTYPES:
-        raise UnsupportedOnnxError([(what, 0, 1, f"element type {code} has no torch dtype")])
+        raise OnnxImportError(f"{what}: ONNX element type {code} has no torch dtype")
     return ONNX_DTYPES[code]
 
 
@@ -88,11 +91,15 @@ class NodeContext:
     :class:`Const` (constant folding).
     """
 
-    def __init__(self, builder: GraphBuilder, node: Any, version: int, inputs: list[Any]):
+    def __init__(
+        self, builder: GraphBuilder, node: Any, version: int, inputs: list[Any], opset: int = 0
+    ):
         self.builder = builder
         self.node = node
         self.op_type: str = node.op_type
         self.version = version
+        self.opset = opset or version
+        self.converting: Any = None  # the Converting run (for subgraphs)
         self.inputs: list[Value | None] = inputs
         self.attrs: dict[str, Any] = {}
         from onnx import helper
@@ -159,7 +166,9 @@ class NodeContext:
 
     def unsupported(self, reason: str) -> UnsupportedOnnxError:
         """An error saying this node uses something the importer does not implement."""
-        err = UnsupportedOnnxError([(self.op_type, self.version, 1, reason)])
+        err = UnsupportedOnnxError(
+            [UnsupportedOp(self.op_type, self.opset, 1, reason, DEFAULT_DOMAIN, self.version)]
+        )
         err.node_labels = [self.node.name or (self.node.output[0] if self.node.output else "?")]
         return err
 
@@ -211,6 +220,8 @@ class GraphBuilder:
         base = re.sub(r"\W", "_", hint).strip("_") or "node"
         if base[0].isdigit():
             base = "n_" + base
+        if keyword.iskeyword(base) or base in ("self", "torch"):
+            base += "_"
         name, i = base, 1
         while name in self._names or hasattr(self.root, name):
             i += 1
@@ -303,15 +314,20 @@ def _read_model(model: Any) -> Any:
     if isinstance(model, (bytes, bytearray)):
         return onnx.load_model_from_string(bytes(model))
     if isinstance(model, (str, os.PathLike)):
-        return onnx.load(os.fspath(model))
+        from .._onnxfile import OnnxFileError, read_onnx_file
+
+        try:  # an empty, truncated, text or graphless file is refused naming the file
+            return read_onnx_file(model)
+        except OnnxFileError as err:
+            raise OnnxImportError(str(err)) from None
     raise TypeError(
         f"model must be a path (str or os.PathLike), bytes or an onnx.ModelProto, got "
         f"{type(model).__name__}"
     )
 
 
-def _static_shapes(model: Any) -> dict[str, tuple[int | None, ...]]:
-    """Value name -> shape from ONNX shape inference (unknown dims as None)."""
+def infer_types(model: Any) -> dict[str, Any]:
+    """Value name -> ``TypeProto`` from ONNX shape inference (what it could infer)."""
     import onnx
     from onnx import helper
 
@@ -325,6 +341,8 @@ def _static_shapes(model: Any) -> dict[str, tuple[int | None, ...]]:
                 extra.append(helper.make_tensor_value_info(init.name, init.data_type, init.dims))
         else:
             small.append(init)
+            if init.name not in declared:
+                extra.append(helper.make_tensor_value_info(init.name, init.data_type, init.dims))
     light = helper.make_model(
         helper.make_graph(
             graph.node,
@@ -337,42 +355,64 @@ def _static_shapes(model: Any) -> dict[str, tuple[int | None, ...]]:
         opset_imports=model.opset_import,
         ir_version=max(model.ir_version, 4),
     )
-    try:
-        inferred = onnx.shape_inference.infer_shapes(light, strict_mode=False)
-    except Exception:  # shape inference is an optimisation; conversion works without it
-        inferred = light
-    shapes: dict[str, tuple[int | None, ...]] = {}
-    graph = inferred.graph
-    for info in [*graph.input, *graph.value_info, *graph.output]:
-        ttype = info.type.tensor_type
-        if not info.type.HasField("tensor_type") or not ttype.HasField("shape"):
+    light.functions.extend(model.functions)
+    inferred = light
+    for data_prop in (True, False):  # data propagation names more dims, but may give up
+        try:
+            inferred = onnx.shape_inference.infer_shapes(
+                light, strict_mode=False, data_prop=data_prop
+            )
+            break
+        except Exception:  # shape inference is an optimisation; conversion works without it
             continue
-        shapes[info.name] = tuple(
+    graph = inferred.graph
+    return {info.name: info.type for info in [*graph.input, *graph.value_info, *graph.output]}
+
+
+def dim_params(types: dict[str, Any]) -> dict[str, tuple[str | None, ...]]:
+    """Value name -> the symbolic names (``dim_param``) of its dims, None where there is none."""
+    params: dict[str, tuple[str | None, ...]] = {}
+    for name, vtype in types.items():
+        ttype = vtype.tensor_type
+        if not vtype.HasField("tensor_type") or not ttype.HasField("shape"):
+            continue
+        params[name] = tuple(
+            d.dim_param if d.HasField("dim_param") else None for d in ttype.shape.dim
+        )
+    return params
+
+
+def static_shapes(types: dict[str, Any]) -> dict[str, tuple[int | None, ...]]:
+    """Value name -> shape (unknown dims as None) of the tensors in ``types``."""
+    shapes: dict[str, tuple[int | None, ...]] = {}
+    for name, vtype in types.items():
+        ttype = vtype.tensor_type
+        if not vtype.HasField("tensor_type") or not ttype.HasField("shape"):
+            continue
+        shapes[name] = tuple(
             d.dim_value if d.HasField("dim_value") else None for d in ttype.shape.dim
         )
     return shapes
 
 
-def _opset(model: Any) -> int:
+def _domain(name: str) -> str:
+    return DEFAULT_DOMAIN if name in _DEFAULT_DOMAINS else name
+
+
+def _opsets(model: Any) -> dict[str, int]:
+    """Domain -> the opset version the model imports (``ai.onnx`` for the default)."""
     import onnx
 
-    for entry in model.opset_import:
-        if entry.domain in _DEFAULT_DOMAINS:
-            return int(entry.version)
+    opsets = {_domain(e.domain): int(e.version) for e in model.opset_import}
     if not model.opset_import:
-        return int(onnx.defs.onnx_opset_version())
-    raise OnnxImportError(
-        "the model imports no ai.onnx opset (opset_import lists "
-        + ", ".join(f"{e.domain or 'ai.onnx'}:{e.version}" for e in model.opset_import)
-        + ")"
-    )
+        opsets[DEFAULT_DOMAIN] = int(onnx.defs.onnx_opset_version())
+    return opsets
 
 
-def _schema_version(op_type: str, domain: str, opset: int) -> int | None:
+@functools.lru_cache(maxsize=4096)
+def _schema_version(op_type: str, opset: int) -> int | None:
     import onnx
 
-    if domain not in _DEFAULT_DOMAINS:
-        return None
     try:
         schema = onnx.defs.get_schema(op_type, opset, "")
     except Exception:  # onnx raises SchemaError (not exported everywhere) for unknown ops
@@ -380,61 +420,77 @@ def _schema_version(op_type: str, domain: str, opset: int) -> int | None:
     return int(schema.since_version)
 
 
-def _check_supported(model: Any, opset: int) -> list[int]:
-    """Schema version per node; raises one error listing every unsupported operator."""
-    versions: list[int] = []
-    missing: Counter[tuple[str, int, str]] = Counter()
-    for node in model.graph.node:
-        version = _schema_version(node.op_type, node.domain, opset)
-        op = node.op_type if node.domain in _DEFAULT_DOMAINS else f"{node.domain}::{node.op_type}"
-        if version is None:
-            reason = (
-                "operator from a non-default domain"
-                if node.domain not in _DEFAULT_DOMAINS
-                else f"no such operator in ai.onnx opset {opset}"
-            )
-            missing[(op, opset, reason)] += 1
-            versions.append(0)
+def _check_supported(model: Any, opsets: dict[str, int]) -> None:
+    """Raise one error listing every operator (in subgraphs too) without a converter."""
+    missing: Counter[UnsupportedOp] = Counter()
+    imported = ", ".join(f"{d} {v}" for d, v in sorted(opsets.items())) or "nothing"
+    for node in all_nodes(model.graph):
+        domain = _domain(node.domain)
+        opset = opsets.get(domain, 0)
+        op = node.op_type if domain == DEFAULT_DOMAIN else f"{domain}::{node.op_type}"
+        version = _schema_version(node.op_type, opset) if domain == DEFAULT_DOMAIN else None
+        reason = ""
+        if domain not in opsets:
+            reason = f"the model does not import the {domain} domain (it imports {imported})"
+        elif domain != DEFAULT_DOMAIN:
+            reason = f"operator of the {domain} domain (padkit converts ai.onnx operators)"
+        elif version is None:
+            reason = f"onnx {_onnx_version()} knows no {node.op_type} in ai.onnx opset {opset}"
+        elif find_converter(node.op_type, version) is None:
+            first = first_version(node.op_type)
+            if first is not None:
+                reason = f"padkit converts {node.op_type} from schema version {first} on"
+        else:
             continue
-        if find_converter(node.op_type, version) is None:
-            missing[(op, version, "")] += 1
-        versions.append(version)
+        missing[UnsupportedOp(op, opset, 0, reason, domain, version or 0)] += 1
     if missing:
         raise UnsupportedOnnxError(
-            [(op, v, count, reason) for (op, v, reason), count in sorted(missing.items())]
+            [u._replace(nodes=count) for u, count in sorted(missing.items())]
         )
-    return versions
 
 
-def build(model: Any) -> fx.GraphModule:
-    """Convert a loaded ``onnx.ModelProto`` (see :func:`padkit.onnx.load`)."""
-    from . import _ops_nn, _ops_tensor  # noqa: F401  (registration side effects)
+def _onnx_version() -> str:
+    import onnx
 
-    opset = _opset(model)
-    if opset < 7:
-        raise UnsupportedOnnxError(
-            [("opset", opset, 1, "ai.onnx opsets before 7 are not supported")]
-        )
-    versions = _check_supported(model, opset)
-    graph = model.graph
-    shapes = _static_shapes(model)
-    b = GraphBuilder()
-    for init in graph.initializer:
-        b.values[init.name] = Const(tensor_from_proto(init))
-    for sparse in graph.sparse_initializer:
-        raise UnsupportedOnnxError(
-            [("sparse_initializer", opset, 1, f"{sparse.values.name!r} is sparse")]
-        )
-    for inp in graph.input:
-        if inp.name in b.values:
-            continue  # an initializer listed as input (IR < 4): a constant
-        ph = b.graph.placeholder(re.sub(r"\W", "_", inp.name) or "input")
-        b.values[inp.name] = ph
-        if inp.name in shapes:
-            b.shapes[ph] = shapes[inp.name]
-    failures: Counter[tuple[str, int, str]] = Counter()
-    labels: dict[tuple[str, int, str], list[str]] = {}
-    for node, version in zip(graph.node, versions):
+    return str(onnx.__version__)
+
+
+def _inline_functions(model: Any) -> Any:
+    """The model with its local functions (exporters emit some) expanded in place."""
+    if not len(model.functions):
+        return model
+    from onnx import inliner
+
+    return inliner.inline_local_functions(model)
+
+
+class Converting:
+    """What converting one model shares across its graph and subgraphs."""
+
+    def __init__(
+        self,
+        opsets: dict[str, int],
+        shapes: dict[str, tuple[int | None, ...]],
+        params: dict[str, tuple[str | None, ...]] | None = None,
+    ):
+        self.params = params or {}
+        #: dim_param -> (graph input, dim index) that carries that size at run time
+        self.symbols: dict[str, tuple[fx.Node, int]] = {}
+        self.opsets = opsets
+        self.opset = opsets.get(DEFAULT_DOMAIN, 0)
+        self.shapes = shapes
+        self.failures: Counter[UnsupportedOp] = Counter()
+        self.labels: dict[UnsupportedOp, list[str]] = {}
+
+    def version(self, node: Any) -> int:
+        return _schema_version(node.op_type, self.opset) or 0
+
+    def run_nodes(self, b: GraphBuilder, nodes: Sequence[Any]) -> None:
+        """Convert ``nodes`` in order into ``b`` (failures are collected, not raised)."""
+        for node in nodes:
+            self._run_node(b, node)
+
+    def _run_node(self, b: GraphBuilder, node: Any) -> None:
         inputs: list[Any] = []
         skip = False
         for name in node.input:
@@ -451,19 +507,21 @@ def build(model: Any) -> fx.GraphModule:
             if value is _POISON:
                 skip = True
             inputs.append(value)
-        if skip:
-            outs: list[Any] = [_POISON] * len(node.output)
-        else:
-            ctx = NodeContext(b, node, version, inputs)
+        outs: list[Any] = [_POISON] * len(node.output)
+        if not skip:
+            version = self.version(node)
+            ctx = NodeContext(b, node, version, inputs, self.opset)
+            ctx.converting = self
             converter = find_converter(node.op_type, version)
             if converter is None:  # pragma: no cover - _check_supported raised already
-                raise UnsupportedOnnxError([(node.op_type, version, 1, "")])
+                raise UnsupportedOnnxError([UnsupportedOp(node.op_type, self.opset, 1, "")])
             try:
                 outs = list(converter(ctx))
             except UnsupportedOnnxError as err:
-                for op, v, _count, reason in err.unsupported:
-                    failures[(op, v, reason)] += 1
-                    labels.setdefault((op, v, reason), []).extend(err.node_labels)
+                for entry in err.unsupported:
+                    key = entry._replace(nodes=0)
+                    self.failures[key] += entry.nodes
+                    self.labels.setdefault(key, []).extend(err.node_labels)
                 outs = [_POISON] * len(node.output)
         for i, name in enumerate(node.output):
             if not name:
@@ -474,15 +532,118 @@ def build(model: Any) -> fx.GraphModule:
                     "but the importer does not produce it"
                 )
             b.values[name] = outs[i]
-            if isinstance(outs[i], fx.Node) and name in shapes:
-                b.shapes[outs[i]] = shapes[name]
-    if failures:
+            if isinstance(outs[i], fx.Node) and name in self.shapes:
+                b.shapes[outs[i]] = self.shapes[name]
+
+    def raise_failures(self) -> None:
+        if not self.failures:
+            return
         entries = []
-        for (op, v, reason), count in sorted(failures.items()):
-            names = labels.get((op, v, reason), [])
+        for key, count in sorted(self.failures.items()):
+            names = self.labels.get(key, [])
             shown = ", ".join(repr(n) for n in names[:5]) + (", ..." if len(names) > 5 else "")
-            entries.append((op, v, count, f"{reason} (node(s) {shown})" if names else reason))
+            reason = f"{key.reason} (node(s) {shown})" if names else key.reason
+            entries.append(key._replace(nodes=count, reason=reason))
         raise UnsupportedOnnxError(entries)
+
+    def subgraph(
+        self, graph: Any, outer: dict[str, Any], captured: list[str]
+    ) -> fx.GraphModule | None:
+        """A module for ``graph`` (an ``If`` / ``Loop`` body) whose arguments are the body's
+        own inputs followed by the outer-scope values named in ``captured``. Returns None
+        when a node of it failed to convert (the failure is collected)."""
+        b = GraphBuilder()
+        for init in graph.initializer:
+            b.values[init.name] = Const(tensor_from_proto(init))
+        for inp in graph.input:
+            b.values[inp.name] = b.graph.placeholder(b.attr_name("in_" + inp.name))
+        for name in captured:
+            b.values[name] = b.graph.placeholder(b.attr_name("outer_" + name))
+        for name, value in outer.items():
+            if isinstance(value, Const) and name not in b.values:
+                b.values[name] = value
+        before = sum(self.failures.values())
+        self.run_nodes(b, graph.node)
+        if sum(self.failures.values()) != before:
+            return None
+        results = []
+        for out in graph.output:
+            if out.name not in b.values:
+                raise OnnxImportError(f"subgraph output {out.name!r} is never computed")
+            value = b.values[out.name]
+            if value is _POISON:
+                return None
+            results.append(b.materialize(value))
+        b.graph.output(tuple(results))
+        return fx.GraphModule(b.root, b.graph, class_name="OnnxSubgraph").eval()
+
+
+def outer_names(graph: Any) -> list[str]:
+    """The names ``graph`` (and the subgraphs within it) reads from enclosing scopes."""
+    defined = {i.name for i in graph.initializer} | {i.name for i in graph.input}
+    needed: list[str] = []
+    for node in graph.node:
+        reads = list(node.input)
+        for attr in node.attribute:
+            for sub in _attr_graphs(attr):
+                reads += outer_names(sub)
+        for name in reads:
+            if name and name not in defined and name not in needed:
+                needed.append(name)
+        defined.update(o for o in node.output if o)
+    return needed
+
+
+def _attr_graphs(attr: Any) -> list[Any]:
+    graphs = list(attr.graphs)
+    if attr.HasField("g"):
+        graphs.append(attr.g)
+    return graphs
+
+
+def all_nodes(graph: Any) -> list[Any]:
+    """Every node of ``graph`` and of the subgraphs its nodes hold, depth first."""
+    out = []
+    for node in graph.node:
+        out.append(node)
+        for attr in node.attribute:
+            for sub in _attr_graphs(attr):
+                out += all_nodes(sub)
+    return out
+
+
+def build(model: Any) -> fx.GraphModule:
+    """Convert a loaded ``onnx.ModelProto`` (see :func:`padkit.onnx.load`)."""
+    load_converters()
+
+    model = _inline_functions(model)
+    opsets = _opsets(model)
+    types = infer_types(model)
+    expanded = expand_function_ops(model, opsets, types)
+    if expanded is not model:
+        model, types = expanded, infer_types(expanded)
+    _check_supported(model, opsets)
+    graph = model.graph
+    run = Converting(opsets, static_shapes(types), dim_params(types))
+    b = GraphBuilder()
+    for init in graph.initializer:
+        b.values[init.name] = Const(tensor_from_proto(init))
+    for sparse in graph.sparse_initializer:
+        raise OnnxImportError(
+            f"initializer {sparse.values.name!r} is sparse; padkit.onnx needs dense initializers"
+        )
+    for inp in graph.input:
+        if inp.name in b.values:
+            continue  # an initializer listed as input (IR < 4): a constant
+        ph = b.graph.placeholder(re.sub(r"\W", "_", inp.name) or "input")
+        b.values[inp.name] = ph
+        if inp.name in run.shapes:
+            b.shapes[ph] = run.shapes[inp.name]
+        for j, param in enumerate(run.params.get(inp.name, ())):
+            if param is not None:
+                run.symbols.setdefault(param, (ph, j))
+    run.run_nodes(b, graph.node)
+    run.raise_failures()
     results = []
     for out in graph.output:
         if out.name not in b.values:
@@ -490,6 +651,9 @@ def build(model: Any) -> fx.GraphModule:
         results.append(b.materialize(b.values[out.name]))
     b.graph.output(results[0] if len(results) == 1 else tuple(results))
     module = fx.GraphModule(b.root, b.graph, class_name="OnnxModule")
+    if module.graph.eliminate_dead_code():  # shape arithmetic symbolic sizes made unneeded
+        module.delete_all_unused_submodules()
+        module.recompile()
     return module.eval()
 
 

@@ -332,8 +332,10 @@ class _BatchNorm(nn.modules.batchnorm._BatchNorm):
 _BN = {2: nn.BatchNorm1d, 3: nn.BatchNorm1d, 4: nn.BatchNorm2d, 5: nn.BatchNorm3d}
 
 
-@register("BatchNormalization", since=7)
+@register("BatchNormalization", since=1)
 def batch_norm(ctx: NodeContext) -> list[Value | None]:
+    if ctx.version < 7 and not int(ctx.attr("is_test", 0)):
+        raise ctx.unsupported("is_test=0 (training mode; the importer builds inference graphs)")
     if ctx.version < 9 and int(ctx.attr("spatial", 1)) != 1:
         raise ctx.unsupported("spatial=0 (per-activation statistics)")
     if int(ctx.attr("training_mode", 0)):
@@ -378,6 +380,8 @@ def lrn(ctx: NodeContext) -> list[Value | None]:
 @register("Dropout")
 def dropout(ctx: NodeContext) -> list[Value | None]:
     x = ctx.required(0)
+    if ctx.version < 7 and not int(ctx.attr("is_test", 0)):
+        raise ctx.unsupported("is_test=0 (training mode; the importer builds inference graphs)")
     if ctx.version >= 12 and ctx.input(2) is not None:
         training = ctx.const(2, "training_mode")
         if training is not None and bool(training.reshape(-1)[0]):

@@ -10,7 +10,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from . import _runtime as R
-from ._graph import Const, NodeContext, Value, onnx_dtype, tensor_from_proto
+from . import _unsigned as U
+from ._graph import ONNX_DTYPES, Const, NodeContext, Value, tensor_from_proto
 from ._registry import register
 
 __all__: list[str] = []
@@ -106,26 +107,32 @@ def clip(ctx: NodeContext) -> list[Value | None]:
 # ----------------------------------------------------------------------------- binary
 
 
-def _binary(fn: Callable[..., Any]) -> Callable[[NodeContext], list[Value | None]]:
+def _binary(fn: Callable[..., Any] | str) -> Callable[[NodeContext], list[Value | None]]:
     def convert(ctx: NodeContext) -> list[Value | None]:
-        return [ctx.call(fn, ctx.required(0), ctx.required(1))]
+        a, b = ctx.required(0), ctx.required(1)
+        if ctx.version < 7 and int(ctx.attr("broadcast", 0)):
+            # opsets 1-6: B's shape matches a run of A's dims starting at ``axis``
+            b = ctx.call(R.legacy_broadcast, a, b, ctx.attr("axis"))
+        if isinstance(fn, str):
+            return [ctx.call(getattr(U, fn), a, b)]
+        return [ctx.call(fn, a, b)]
 
     return convert
 
 
-_BINARY: dict[str, Callable[..., Any]] = {
-    "Add": torch.add,
-    "Sub": torch.sub,
-    "Mul": torch.mul,
-    "Div": R.div,
+_BINARY: dict[str, Callable[..., Any] | str] = {
+    "Add": "add",
+    "Sub": "sub",
+    "Mul": "mul",
+    "Div": "div",
     "Pow": R.pow_,
     "MatMul": torch.matmul,
-    "Equal": torch.eq,
-    "Less": torch.lt,
-    "Greater": torch.gt,
+    "Equal": "eq",
+    "Less": "lt",
+    "Greater": "gt",
 }
-for _op, _fn in _BINARY.items():
-    register(_op, since=7)(_binary(_fn))
+for _op, _bin in _BINARY.items():
+    register(_op, since=1)(_binary(_bin))
 
 
 @register("Where", since=9)
@@ -142,7 +149,7 @@ def _variadic(op: str) -> Callable[[NodeContext], list[Value | None]]:
 
 
 for _op, _name in {"Sum": "sum", "Max": "max", "Min": "min", "Mean": "mean"}.items():
-    register(_op, since=6)(_variadic(_name))
+    register(_op, since=1)(_variadic(_name))
 
 
 @register("Gemm")
@@ -194,38 +201,16 @@ register("Softmax")(_softmax(False))
 register("LogSoftmax")(_softmax(True))
 
 
-def _reduce(op: str, axes_input_since: int) -> Callable[[NodeContext], list[Value | None]]:
-    def convert(ctx: NodeContext) -> list[Value | None]:
-        keepdims = int(ctx.attr("keepdims", 1))
-        noop = int(ctx.attr("noop_with_empty_axes", 0))
-        x = ctx.required(0)
-        if ctx.version < axes_input_since:
-            return [ctx.call(R.reduce, x, op, ctx.ints("axes"), keepdims)]
-        axes = ctx.input(1)
-        if isinstance(axes, Const):
-            return [ctx.call(R.reduce, x, op, R.as_ints(axes.tensor), keepdims, noop)]
-        return [ctx.call(R.reduce, x, op, axes, keepdims, noop)]
-
-    return convert
-
-
-for _op, _name, _since in (
-    ("ReduceMean", "mean", 18),
-    ("ReduceSum", "sum", 13),
-    ("ReduceMax", "max", 18),
-    ("ReduceMin", "min", 18),
-    ("ReduceProd", "prod", 18),
-):
-    register(_op)(_reduce(_name, _since))
-
-
 # ----------------------------------------------------------------------------- tensor shape ops
 
 
 @register("Concat")
 def concat(ctx: NodeContext) -> list[Value | None]:
     parts = [v for v in ctx.inputs if v is not None]
-    return [ctx.call(R.concat, parts, int(ctx.attr("axis")))]
+    axis = ctx.attr("axis", 1 if ctx.version < 4 else None)
+    if axis is None:
+        raise ctx.error("attribute axis is required")
+    return [ctx.call(R.concat, parts, int(axis))]
 
 
 @register("Split", since=2)
@@ -265,9 +250,46 @@ def flatten(ctx: NodeContext) -> list[Value | None]:
     return [ctx.call(R.flatten, ctx.required(0), int(ctx.attr("axis", 1)))]
 
 
-@register("Reshape", since=5)
+def _inferred_shape(ctx: NodeContext, minus_one: bool) -> list[Any] | None:
+    """Output 0's shape as ONNX shape inference (with data propagation) sees it, for a node
+    whose shape argument is computed at run time: literal sizes, ``(tensor, j)`` for a
+    dimension named like dim ``j`` of a graph input, and (``minus_one``) at most one -1 for
+    the rest. None when that does not pin the shape down. Sizes read from the graph inputs
+    stay symbolic under ``torch.export``, where a shape tensor's values would not."""
+    run = ctx.converting
+    if run is None:
+        return None
+    out = run.shapes.get(ctx.node.output[0])
+    names = run.params.get(ctx.node.output[0])
+    if out is None or names is None or len(names) != len(out):
+        return None
+    dims: list[Any] = []
+    for size, name in zip(out, names):
+        if size is not None:
+            if size <= 0:
+                return None
+            dims.append(int(size))
+        elif name is not None and name in run.symbols:
+            dims.append(run.symbols[name])
+        elif minus_one and -1 not in dims:
+            dims.append(-1)
+        else:
+            return None
+    return dims
+
+
+@register("Reshape", since=1)
 def reshape(ctx: NodeContext) -> list[Value | None]:
+    if ctx.version < 5:
+        return [ctx.call(R.reshape, ctx.required(0), ctx.ints("shape", []), 0)]
     shape = ctx.required(1)
+    if not isinstance(shape, Const):
+        # a shape computed at run time whose result ONNX shape inference (with data
+        # propagation) knows up to one dimension: the literal shape with -1 there is the same
+        # reshape, and keeps a symbolic batch symbolic under torch.export
+        dims = _inferred_shape(ctx, minus_one=True)
+        if dims is not None:
+            return [ctx.call(R.reshape_to, ctx.required(0), dims)]
     arg = R.as_ints(shape.tensor) if isinstance(shape, Const) else shape
     return [ctx.call(R.reshape, ctx.required(0), arg, int(ctx.attr("allowzero", 0)))]
 
@@ -303,6 +325,10 @@ register("Unsqueeze")(_axes_op(R.unsqueeze, 13))
 @register("Expand", since=8)
 def expand(ctx: NodeContext) -> list[Value | None]:
     shape = ctx.required(1)
+    if not isinstance(shape, Const):
+        dims = _inferred_shape(ctx, minus_one=False)
+        if dims is not None:
+            return [ctx.call(R.expand_to, ctx.required(0), dims)]
     arg = R.as_ints(shape.tensor) if isinstance(shape, Const) else shape
     return [ctx.call(R.expand, ctx.required(0), arg)]
 
@@ -312,12 +338,37 @@ def gather(ctx: NodeContext) -> list[Value | None]:
     return [ctx.call(R.gather, ctx.required(0), ctx.required(1), int(ctx.attr("axis", 0)))]
 
 
-@register("Cast", since=6)
+def _cast_target(ctx: NodeContext, to: Any) -> torch.dtype:
+    from onnx import TensorProto
+
+    if isinstance(to, str):  # Cast-1 names the type
+        try:
+            to = TensorProto.DataType.Value(to.upper())
+        except ValueError:
+            raise ctx.error(f"to={to!r} is no ONNX element type") from None
+    code = int(to)
+    if code not in ONNX_DTYPES:
+        name = TensorProto.DataType.Name(code) if code in TensorProto.DataType.values() else code
+        raise ctx.unsupported(f"element type {name} (torch has no exact equivalent)")
+    return ONNX_DTYPES[code]
+
+
+@register("Cast", since=1)
 def cast(ctx: NodeContext) -> list[Value | None]:
     if int(ctx.attr("saturate", 1)) != 1:
         raise ctx.unsupported("saturate=0 (float8 casts)")
-    dtype = onnx_dtype(int(ctx.attr("to")), "Cast")
+    dtype = _cast_target(ctx, ctx.attr("to"))
     return [ctx.call(R.cast, ctx.required(0), dtype)]
+
+
+@register("CastLike", since=15)
+def cast_like(ctx: NodeContext) -> list[Value | None]:
+    if int(ctx.attr("saturate", 1)) != 1:
+        raise ctx.unsupported("saturate=0 (float8 casts)")
+    x, like = ctx.required(0), ctx.required(1)
+    if isinstance(like, Const):
+        return [ctx.call(R.cast, x, like.tensor.dtype)]
+    return [ctx.call(R.cast_like, x, like)]
 
 
 @register("Shape")
@@ -364,4 +415,9 @@ def constant(ctx: NodeContext) -> list[Value | None]:
 def constant_of_shape(ctx: NodeContext) -> list[Value | None]:
     value = ctx.attr("value")
     fill = tensor_from_proto(value) if value is not None else torch.zeros(1)
-    return [ctx.call(R.constant_of_shape, ctx.required(0), Const(fill))]
+    shape = ctx.required(0)
+    if not isinstance(shape, Const):
+        dims = _inferred_shape(ctx, minus_one=False)
+        if dims is not None:
+            return [ctx.call(R.constant_of_sizes, dims, Const(fill))]
+    return [ctx.call(R.constant_of_shape, shape, Const(fill))]

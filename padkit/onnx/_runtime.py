@@ -61,16 +61,40 @@ def reshape(x: Tensor, shape: IntsLike, allowzero: int = 0) -> Tensor:
     """ONNX ``Reshape``: 0 copies the input dim (unless ``allowzero``), -1 is inferred."""
     dims = as_ints(shape)
     if not allowzero:
-        dims = [int(x.shape[i]) if d == 0 else d for i, d in enumerate(dims)]
+        # the input's own (possibly symbolic) size, so torch.export keeps the dim dynamic
+        return x.reshape([x.shape[i] if d == 0 else d for i, d in enumerate(dims)])
     return x.reshape(dims)
+
+
+SizeSpec = Sequence[Any]  # ints, or (tensor, j) for the (possibly symbolic) size of dim j
+
+
+def sizes(dims: SizeSpec) -> list[Any]:
+    """The sizes ``dims`` names: ints as they are, ``(tensor, j)`` as ``tensor.shape[j]``."""
+    return [d[0].shape[d[1]] if isinstance(d, (tuple, list)) else d for d in dims]
+
+
+def reshape_to(x: Tensor, dims: SizeSpec) -> Tensor:
+    """Reshape to the sizes ``dims`` names (one may be -1)."""
+    return x.reshape(sizes(dims))
+
+
+def expand_to(x: Tensor, dims: SizeSpec) -> Tensor:
+    """ONNX ``Expand`` to the output sizes ``dims`` names."""
+    return x.expand(sizes(dims))
+
+
+def constant_of_sizes(dims: SizeSpec, value: Tensor) -> Tensor:
+    """ONNX ``ConstantOfShape`` with the sizes ``dims`` names."""
+    return torch.full(sizes(dims), value.reshape(-1)[0].item(), dtype=value.dtype)
 
 
 def flatten(x: Tensor, axis: int) -> Tensor:
     """ONNX ``Flatten``: a 2-D tensor ``(prod(shape[:axis]), prod(shape[axis:]))``."""
     if axis < 0:
         axis += x.dim()
-    outer = math.prod(int(v) for v in x.shape[:axis])
-    return x.reshape(outer, math.prod(int(v) for v in x.shape[axis:]))
+    # products of the (possibly symbolic) sizes: no int(), so torch.export keeps them dynamic
+    return x.reshape(math.prod(x.shape[:axis]), math.prod(x.shape[axis:]))
 
 
 def squeeze(x: Tensor, axes: IntsLike | None = None) -> Tensor:
@@ -121,6 +145,9 @@ def split(
     return tuple(torch.split(x, parts, dim=axis))
 
 
+_HUGE = 2**62  # beyond any tensor size; slice bounds are clamped to it
+
+
 def onnx_slice(
     x: Tensor,
     starts: IntsLike,
@@ -135,11 +162,11 @@ def onnx_slice(
     for start, end, axis, step in zip(s_list, e_list, a_list, st_list):
         if axis < 0:
             axis += x.dim()
-        n = int(x.shape[axis])
-        lo, hi, st = slice(start, end, step).indices(n)
-        if st > 0:
-            x = x[(slice(None),) * axis + (slice(lo, hi, st),)]
+        if step > 0:  # torch clamps like Python; no int(size), so dims stay symbolic
+            lo, hi = (min(max(v, -_HUGE), _HUGE) for v in (start, end))  # INT64_MAX and co
+            x = x[(slice(None),) * axis + (slice(lo, hi, step),)]
         else:
+            lo, hi, st = slice(start, end, step).indices(int(x.shape[axis]))
             index = torch.arange(lo, hi, st, device=x.device)
             x = x.index_select(axis, index)
     return x
@@ -167,14 +194,25 @@ def cast(x: Tensor, dtype: torch.dtype) -> Tensor:
     return x.to(dtype)
 
 
+def cast_like(x: Tensor, like: Tensor) -> Tensor:
+    """ONNX ``CastLike``: ``x`` in the element type of ``like``."""
+    return x.to(like.dtype)
+
+
 # ----------------------------------------------------------------------------- math
 
 
-def div(a: Tensor, b: Tensor) -> Tensor:
-    """ONNX ``Div``: integer division truncates toward zero."""
-    if not a.dtype.is_floating_point and not b.dtype.is_floating_point:
-        return torch.div(a, b, rounding_mode="trunc")
-    return a / b
+def legacy_broadcast(a: Tensor, b: Tensor, axis: int | None) -> Tensor:
+    """Opsets 1-6 ``broadcast=1``: ``b`` matches ``a``'s dims from ``axis`` on (its suffix by
+    default); trailing 1s make it broadcast as numpy does."""
+    start = a.dim() - b.dim() if axis is None else (axis + a.dim() if axis < 0 else axis)
+    tail = a.dim() - start - b.dim()
+    if start < 0 or tail < 0:
+        raise PaddingError(
+            f"legacy broadcast: B of shape {tuple(b.shape)} does not fit A of shape "
+            f"{tuple(a.shape)} at axis {axis}"
+        )
+    return b.reshape(tuple(b.shape) + (1,) * tail)
 
 
 def pow_(a: Tensor, b: Tensor) -> Tensor:
@@ -184,14 +222,11 @@ def pow_(a: Tensor, b: Tensor) -> Tensor:
 
 def variadic(op: str, *tensors: Tensor) -> Tensor:
     """ONNX ``Sum`` / ``Max`` / ``Min`` / ``Mean`` over broadcastable inputs."""
+    from ._unsigned import binary
+
     out = tensors[0]
     for t in tensors[1:]:
-        if op in ("sum", "mean"):
-            out = out + t
-        elif op == "max":
-            out = torch.maximum(out, t)
-        else:
-            out = torch.minimum(out, t)
+        out = binary("add" if op in ("sum", "mean") else op, out, t)
     return out / len(tensors) if op == "mean" else out
 
 
@@ -240,31 +275,6 @@ def gemm(
         out = out * alpha
     if c is not None:
         out = out + (c * beta if beta != 1.0 else c)
-    return out
-
-
-def reduce(
-    x: Tensor, op: str, axes: IntsLike | None, keepdims: int, noop_with_empty_axes: int = 0
-) -> Tensor:
-    """ONNX ``Reduce{Mean,Sum,Max,Min,Prod}``."""
-    dims = [] if axes is None else as_ints(axes)
-    if not dims:
-        if noop_with_empty_axes:
-            return x
-        dims = list(range(x.dim()))
-    dims = sorted({d + x.dim() if d < 0 else d for d in dims})
-    keep = bool(keepdims)
-    if op == "mean":
-        return x.mean(dim=dims, keepdim=keep)
-    if op == "sum":
-        return x.sum(dim=dims, keepdim=keep)
-    if op == "max":
-        return x.amax(dim=dims, keepdim=keep)
-    if op == "min":
-        return x.amin(dim=dims, keepdim=keep)
-    out = x
-    for d in reversed(dims):
-        out = out.prod(dim=d, keepdim=keep)
     return out
 
 
@@ -457,7 +467,7 @@ class MaxPoolIndices(nn.Module):
             for c, size in zip(reversed(coords), reversed(spatial)):
                 flat = flat * size + c
             idx = flat
-        batch, channels = int(x.shape[0]), int(x.shape[1])
+        batch, channels = x.shape[0], x.shape[1]
         offset = torch.arange(batch * channels, dtype=idx.dtype, device=idx.device).view(
             batch, channels, *([1] * len(spatial))
         )
@@ -488,7 +498,7 @@ class LocalResponseNorm(nn.Module):
         self.bias = bias
 
     def forward(self, x: Tensor) -> Tensor:
-        n, c = int(x.shape[0]), int(x.shape[1])
+        n, c = x.shape[0], x.shape[1]
         sq = (x * x).reshape(n, 1, c, -1)
         lo = (self.size - 1) // 2
         hi = self.size - 1 - lo
