@@ -63,7 +63,8 @@ def _name(func: Any) -> str:
     return str(name) if name is not None else type(func).__name__
 
 
-_REDUCING = frozenset(
+#: reductions over tensor axes (which may be spatial)
+REDUCTIONS = frozenset(
     {
         "mean",
         "sum",
@@ -80,11 +81,9 @@ _REDUCING = frozenset(
         "prod",
         "argmax",
         "argmin",
-        "softmax",
-        "log_softmax",
-        "normalize",
     }
 )
+_REDUCING = REDUCTIONS | {"softmax", "log_softmax", "normalize"}
 
 
 def _dims(value: Any, ndim: int) -> frozenset[int] | None:

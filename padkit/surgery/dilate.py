@@ -30,7 +30,7 @@ from ._common import (
     _paths_by_id,
     _replace,
 )
-from ._trace import PROBE, Event, Shape, _name, _tensors, record, strides
+from ._trace import PROBE, REDUCTIONS, Event, Shape, _name, _tensors, record, strides
 
 # ----------------------------------------------------------------------------- dilate
 
@@ -193,23 +193,8 @@ _LAYOUT = frozenset(
     }
 )
 #: reductions that read the lattice exactly once their spatial input is subsampled
-_LATTICE_READS = frozenset(
+_LATTICE_READS = REDUCTIONS | frozenset(
     {
-        "mean",
-        "sum",
-        "nansum",
-        "nanmean",
-        "amax",
-        "amin",
-        "max",
-        "min",
-        "std",
-        "var",
-        "logsumexp",
-        "norm",
-        "prod",
-        "argmax",
-        "argmin",
         "adaptive_avg_pool1d",
         "adaptive_avg_pool2d",
         "adaptive_avg_pool3d",
