@@ -7,7 +7,7 @@ the dynamo exporter (``dynamo=True``) at opset 20.
 Every export has a dynamic batch, height and width; it is traced on a 2x3x64x64 example and
 run on a 3x3x96x80 input, once by onnxruntime and once by the module ``padkit.onnx.load``
 returns. A config passes when every output matches to float tolerance
-(``rtol=1e-4, atol=1e-5 * max|ref|``).
+(``rtol=1e-4, atol=1e-4 * max|ref|``).
 
     python scripts/onnx_exporter_matrix.py                     # all 27 configs
     python scripts/onnx_exporter_matrix.py --model squeezenet1_0 --exporter torchscript-13
@@ -36,7 +36,10 @@ import numpy as np
 EXAMPLE_SHAPE = (2, 3, 64, 64)  # what the exporter traces
 RUN_SHAPE = (3, 3, 96, 80)  # what both runtimes are fed: another batch, height and width
 RTOL = 1e-4
-ATOL_SCALE = 1e-5
+# Float32 noise grows with depth and output scale: on tf_efficientnet_b0 (outputs up to ~280)
+# torch's own float32 run is 5.6e-5 * max|out| from its float64 run, onnxruntime 3.5e-5 and
+# padkit 4.8e-5; so the absolute tolerance is 1e-4 of the largest output.
+ATOL_SCALE = 1e-4
 
 MODELS = [
     "resnet18",
