@@ -142,6 +142,25 @@ class _Live(_Memo):
     def _op(self) -> Op:
         raise NotImplementedError  # each layer family builds its record
 
+    def resolved_padding(
+        self, input_size: Sequence[int] | None = None
+    ) -> tuple[tuple[int, int], ...]:
+        """The ``(lo, hi)`` pads per spatial axis (``input_size`` where they depend on it)."""
+        return self._pairs(self._op(), input_size)
+
+    def _pairs(self, op: Op, input_size: Sequence[int] | None) -> tuple[tuple[int, int], ...]:
+        static = op.static_pairs()
+        if static is not None:
+            return static
+        if input_size is None:
+            raise PaddingError(
+                f"{type(self).__name__}: padding {self.pad_spec.describe()} depends on the input "
+                "size; pass input_size"
+            )
+        return PF.resolve(
+            op.padding, op.kernel, op.stride, op.dilation, tuple(input_size)[-self._nd :]
+        )
+
     @property
     def padding(self) -> Any:
         spec = self.__dict__.get("pad_spec")
@@ -284,23 +303,6 @@ class _PadConv(_Live):
             where=type(self).__name__,
         )
 
-    def resolved_padding(
-        self, input_size: Sequence[int] | None = None
-    ) -> tuple[tuple[int, int], ...]:
-        """The ``(lo, hi)`` pads per spatial axis (``input_size`` where they depend on it)."""
-        op = self._op()
-        static = op.static_pairs()
-        if static is not None:
-            return static
-        if input_size is None:
-            raise PaddingError(
-                f"{type(self).__name__}: padding {self.pad_spec.describe()} depends on the input "
-                "size; pass input_size"
-            )
-        return PF.resolve(
-            op.padding, op.kernel, op.stride, op.dilation, tuple(input_size)[-self._nd :]
-        )
-
     def plan(self, input_size: Sequence[int]) -> Plan:
         """What runs for an input of this shape (full or spatial), and why.
 
@@ -311,7 +313,7 @@ class _PadConv(_Live):
         """
         op = self._op()
         sizes = tuple(int(v) for v in tuple(input_size)[-self._nd :])
-        pairs = self.resolved_padding(sizes)
+        pairs = self._pairs(op, sizes)
         mode = op.padding_mode if isinstance(op.padding_mode, str) else "mixed"
         return plan_conv(
             pairs,
@@ -902,23 +904,6 @@ class _PadPool(_Live):
             where=type(self).__name__,
         )
 
-    def resolved_padding(
-        self, input_size: Sequence[int] | None = None
-    ) -> tuple[tuple[int, int], ...]:
-        """The ``(lo, hi)`` pads per spatial axis (``input_size`` where they depend on it)."""
-        op = self._op()
-        static = op.static_pairs()
-        if static is not None:
-            return static
-        if input_size is None:
-            raise PaddingError(
-                f"{type(self).__name__}: padding {self.pad_spec.describe()} depends on the input "
-                "size; pass input_size"
-            )
-        return PF.resolve(
-            op.padding, op.kernel, op.stride, op.dilation, tuple(input_size)[-self._nd :]
-        )
-
     def plan(self, input_size: Sequence[int], *, channels_last: bool = False) -> Plan:
         """What runs for an input of this shape (full or spatial), and why.
 
@@ -930,7 +915,7 @@ class _PadPool(_Live):
         """
         op = self._op()
         sizes = tuple(int(v) for v in tuple(input_size)[-self._nd :])
-        pairs = self.resolved_padding(sizes)
+        pairs = self._pairs(op, sizes)
         k, s, d = op.kernel, op.stride, op.dilation
         ceil = op.ceil_mode or op.padding.ceil_mode
         if op.kind == "max":
