@@ -40,6 +40,7 @@ import padkit.functional as PF
 import padkit.native as native
 import padkit.nn as pnn
 from padkit.native import _dispatch
+from padkit.surgery import fuse_pads
 
 Fn = Callable[[Tensor], Tensor]
 
@@ -125,6 +126,65 @@ class TCN(nn.Module):
         return x
 
 
+class Codec(nn.Module):
+    """A causal SEANet-style encoder; ``mode`` picks how the pads are made."""
+
+    def __init__(self, mode: str, base: int = 32, strides: tuple[int, ...] = (2, 4, 8, 8)):
+        super().__init__()
+        self.mode = mode
+        layers: list[nn.Module] = [self._conv(1, base, 7)]
+        ch = base
+        for s in strides:
+            layers += [_Residual(self._conv(ch, ch // 2, 3), nn.Conv1d(ch // 2, ch, 1))]
+            layers += [nn.ELU(), self._conv(ch, 2 * ch, 2 * s, s)]
+            ch *= 2
+        layers += [nn.ELU(), self._conv(ch, 128, 7)]
+        self.net = nn.Sequential(*layers)
+
+    def _conv(self, cin: int, cout: int, k: int, s: int = 1) -> nn.Module:
+        if self.mode == "padkit":
+            rule = "causal" if s == 1 else "causal_block"
+            return pnn.Conv1d(cin, cout, k, stride=s, padding=rule)
+        if self.mode == "fpad":
+            return nn.Sequential(nn.ConstantPad1d((k - s, 0), 0.0), nn.Conv1d(cin, cout, k, s))
+        return nn.Conv1d(cin, cout, k, s, padding=(k - s) // 2)
+
+    def forward(self, x: Tensor) -> Tensor:
+        out: Tensor = self.net(x)
+        return out
+
+
+class _Residual(nn.Module):
+    def __init__(self, conv: nn.Module, proj: nn.Module) -> None:
+        super().__init__()
+        self.act = nn.ELU()
+        self.conv = conv
+        self.proj = proj
+
+    def forward(self, x: Tensor) -> Tensor:
+        out: Tensor = x + self.proj(F.elu(self.conv(self.act(x))))
+        return out
+
+
+def codecs() -> dict[str, nn.Module]:
+    torch.manual_seed(0)
+    ref = Codec("symmetric").eval()
+    out: dict[str, nn.Module] = {"codec": ref}
+    for mode, name in (("fpad", "codec F.pad"), ("padkit", "codec padkit")):
+        m = Codec(mode).eval()
+        m.load_state_dict(_align(m, ref.state_dict()))
+        out[name] = m
+    return out
+
+
+def _align(m: nn.Module, src: dict[str, Tensor]) -> dict[str, Tensor]:
+    """The reference's weights under ``m``'s keys (the F.pad twin nests convs one deeper)."""
+    keys = list(m.state_dict())
+    if len(keys) != len(src):
+        raise RuntimeError("codec variants differ in their parameters")
+    return dict(zip(keys, src.values()))
+
+
 def tcns() -> dict[str, nn.Module]:
     torch.manual_seed(0)
     ref = TCN("symmetric").eval()
@@ -150,6 +210,9 @@ def run(
     padkit_name = next(k for k in models if k.endswith("padkit"))
     fns: dict[str, Fn] = dict(models)
     fns[padkit_name + " +oneDNN"] = _with_backend(copy.deepcopy(models[padkit_name]))
+    fused, _ = fuse_pads(models[padkit_name], x)
+    fns[padkit_name + " fused"] = fused
+    fns[padkit_name + " fused +oneDNN"] = _with_backend(copy.deepcopy(fused))
     native.enable()
     native.disable()
     with torch.no_grad():
@@ -178,11 +241,12 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--mode", choices=["fwd", "train"], default="fwd")
-    ap.add_argument("--models", nargs="*", default=["resnet50", "tcn"])
+    ap.add_argument("--models", nargs="*", default=["resnet50", "tcn", "codec"])
     ap.add_argument("--batch", type=int, nargs="*", default=[1, 8])
     ap.add_argument("--layouts", nargs="*", default=["nchw", "cl"])
     ap.add_argument("--rounds", type=int, default=11)
     ap.add_argument("--length", type=int, default=4096, help="TCN sequence length")
+    ap.add_argument("--audio", type=int, default=16384, help="codec input length (samples)")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     print(env_header(args.threads))
@@ -190,17 +254,20 @@ def main(argv: list[str] | None = None) -> None:
     print(f"- oneDNN backend: {native.info()['onednn']}; mode: {args.mode}\n")
     native.disable()
     for model in args.models:
-        models = resnets() if model == "resnet50" else tcns()
+        models = {"resnet50": resnets, "tcn": tcns, "codec": codecs}[model]()
         ref = next(iter(models))
         rows, header = [], None
         for cl in [lay == "cl" for lay in args.layouts]:
-            if cl and model == "tcn":
+            if cl and model != "resnet50":
                 continue
             for n in args.batch:
                 gen = torch.Generator().manual_seed(0)
                 if model == "tcn":
                     x = torch.randn(n, 64, args.length, generator=gen)
                     exact = ("tcn F.pad", "")
+                elif model == "codec":
+                    x = torch.randn(n, 1, args.audio, generator=gen)
+                    exact = ("codec F.pad", "")
                 else:
                     x = torch.randn(n, 3, 224, 224, generator=gen)
                     exact = ("tf-resnet50 timm", "")
@@ -210,7 +277,7 @@ def main(argv: list[str] | None = None) -> None:
                             m.to(memory_format=torch.channels_last)  # type: ignore[call-overload]
                 names, cell = run(models, x, exact, args.mode, args.rounds)
                 header = ["layout", "N", f"{ref} ms", *names, "other-CPU"]
-                layout = "1-D" if model == "tcn" else ("CL" if cl else "NCHW")
+                layout = "1-D" if model != "resnet50" else ("CL" if cl else "NCHW")
                 rows.append([layout, str(n), cell["row"]])
                 print(
                     layout,

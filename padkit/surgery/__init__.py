@@ -15,7 +15,11 @@ affects, and so makes the a-trous identity hold exactly: in eval mode each outpu
 dilated model, subsampled at its lattice, equals the original's. :func:`dilation_error`
 measures that on an input.
 
-Both return ``(model, report)``; the model is a copy unless ``inplace=True``, and its
+:func:`fuse_pads` lets the elementwise op before each per-side-padded conv (a ReLU, a
+residual addition) write straight into the interior of a zero-bordered buffer that the
+conv reads unpadded, so that inside a model the padded copy of the input disappears.
+
+All three return ``(model, report)``; the model is a copy unless ``inplace=True``, and its
 ``state_dict`` has the original's keys and shapes. torch is the only dependency: timm and
 torchvision classes are recognised only when those packages are already imported (a model
 holding their layers has imported them).
@@ -24,6 +28,7 @@ holding their layers has imported them).
 from ._common import PORT_TARGETS, Change, Skip, SurgeryError, SurgeryReport
 from .convert import convert
 from .dilate import LatticeGate, dilate, dilation_error
+from .fuse import fuse_pads
 
 __all__ = [
     "PORT_TARGETS",
@@ -35,4 +40,5 @@ __all__ = [
     "convert",
     "dilate",
     "dilation_error",
+    "fuse_pads",
 ]
