@@ -60,7 +60,7 @@ fx.wrap("probe")  # one call in the traced graph, run with the real tensor
 class TCN(nn.Module):
     """Residual blocks of two causal dilated convs, functional ReLU and addition."""
 
-    def __init__(self, ch: int = 6, dilations: tuple[int, ...] = (1, 2, 4)) -> None:
+    def __init__(self, ch: int = 6, dilations: tuple[int, ...] = (2, 3, 4)) -> None:
         super().__init__()
         self.dilations = dilations
         self.convs = nn.ModuleList(
@@ -131,6 +131,14 @@ def test_tcn_equals_fpad_reference(length: int) -> None:
         torch.testing.assert_close(fused(x), want, rtol=1e-5, atol=1e-5)
     with torch.inference_mode():
         torch.testing.assert_close(fused(x), want, rtol=1e-5, atol=1e-5)
+
+
+def test_crop_plans_are_left_as_they_are() -> None:
+    # a causal conv without dilation pads (2, 0) by a crop view: no copy to remove
+    net = _eval(nn.Sequential(nn.ReLU(), PN.Conv1d(2, 2, 3, padding="causal")))
+    assert net[1].plan((1, 2, 16)).strategy == "crop"
+    fused, report = fuse_pads(net, torch.randn(1, 2, 16))
+    assert report.paths == [] and report.skipped == [] and fused is not net
 
 
 @pytest.mark.parametrize("channels_last", [False, True])
@@ -246,7 +254,7 @@ class _FnNet(nn.Module):
     def __init__(self, name: str) -> None:
         super().__init__()
         self.name = name
-        self.conv = PN.Conv1d(5, 3, 4, padding="same")  # even kernel: pads (1, 2)
+        self.conv = PN.Conv1d(5, 3, 3, padding="causal", dilation=2)  # pads (4, 0)
 
     def forward(self, x: Tensor, y: Tensor) -> tuple[Tensor, Tensor]:
         h = _ACT_FNS[self.name](x, y)
@@ -267,7 +275,7 @@ def test_every_functional_producer(name: str) -> None:
         out, h = fused(x, y)
         want_h = _ACT_FNS[name](x, y)
     torch.testing.assert_close(h, want_h, rtol=1e-6, atol=1e-6)
-    torch.testing.assert_close(out, conv_ref(net.conv, want_h, [(1, 2)]), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(out, conv_ref(net.conv, want_h, [(4, 0)]), rtol=1e-5, atol=1e-5)
     assert SEEN[-1] is False
 
 
@@ -289,7 +297,7 @@ _MODS: list[nn.Module] = [
 @pytest.mark.parametrize("act", _MODS, ids=[repr(m) for m in _MODS])
 def test_every_module_producer(act: nn.Module) -> None:
     net = _eval(
-        nn.Sequential(nn.Conv2d(3, 4, 1), act, PN.Conv2d(4, 2, (2, 3), padding="same_lower"))
+        nn.Sequential(nn.Conv2d(3, 4, 1), act, PN.Conv2d(4, 2, 3, stride=2, padding="same"))
     )
     fused, report = fuse_pads(net, torch.randn(1, 3, 10, 10))
     assert report.paths == ["2"]
@@ -297,8 +305,8 @@ def test_every_module_producer(act: nn.Module) -> None:
     with torch.no_grad():
         got = fused(x)
         h = copy.deepcopy(act)(net[0](x))
-    # same_lower: the odd pixel at the start; kernel 2 -> (1, 0), kernel 3 -> (1, 1)
-    torch.testing.assert_close(got, conv_ref(net[2], h, [(1, 0), (1, 1)]), rtol=1e-5, atol=1e-5)
+    pads = [tf_same(11, 3, 2), tf_same(12, 3, 2)]  # (1, 1) and (0, 1)
+    torch.testing.assert_close(got, conv_ref(net[2], h, pads), rtol=1e-5, atol=1e-5)
 
 
 # ----------------------------------------------------------------------------- left alone
@@ -306,19 +314,19 @@ def test_every_module_producer(act: nn.Module) -> None:
 
 def test_erf_gelu_is_left_alone() -> None:
     # torch's erf GELU with out= writes wrong values into a strided view; tanh GELU is fine
-    net = _eval(nn.Sequential(nn.GELU(), PN.Conv1d(2, 2, 3, padding="causal")))
+    net = _eval(nn.Sequential(nn.GELU(), PN.Conv1d(2, 2, 3, padding="causal", dilation=2)))
     fused, report = fuse_pads(net, torch.randn(1, 2, 9))
     assert report.paths == [] and "erf GELU" in report.skipped[0].reason
     x = torch.randn(2, 2, 11)
     with torch.no_grad():
-        torch.testing.assert_close(fused(x), conv_ref(net[1], F.gelu(x), [(2, 0)]))
+        torch.testing.assert_close(fused(x), conv_ref(net[1], F.gelu(x), [(4, 0)]))
 
 
 def test_inplace_producer_whose_input_is_read_again_is_left_alone() -> None:
     class Net(nn.Module):
         def __init__(self) -> None:
             super().__init__()
-            self.conv = PN.Conv1d(2, 2, 3, padding="causal")
+            self.conv = PN.Conv1d(2, 2, 3, padding="causal", dilation=2)
 
         def forward(self, x: Tensor) -> Tensor:
             h = x * 2
@@ -342,9 +350,9 @@ def test_output_producer_conv_input_and_subclass_are_reported() -> None:
     class Net(nn.Module):
         def __init__(self) -> None:
             super().__init__()
-            self.a = PN.Conv1d(2, 2, 3, padding="causal")
-            self.b = PN.Conv1d(2, 2, 3, padding="causal")
-            self.c = Std(2, 2, 3, padding="causal")
+            self.a = PN.Conv1d(2, 2, 3, padding="causal", dilation=2)
+            self.b = PN.Conv1d(2, 2, 3, padding="causal", dilation=2)
+            self.c = Std(2, 2, 3, padding="causal", dilation=2)
             self.sym = PN.Conv1d(2, 2, 3, padding=1)
 
         def forward(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
@@ -391,7 +399,7 @@ def test_untraceable_model_is_returned_unchanged_with_a_note() -> None:
 
 
 def test_mutation_copy_pickle_and_measure() -> None:
-    model = _eval(TCN(ch=3, dilations=(1, 2)))
+    model = _eval(TCN(ch=3, dilations=(2, 3)))
     fused, _ = fuse_pads(model, torch.randn(1, 3, 20))
     x = torch.randn(2, 3, 21)
     for m in (copy.deepcopy(fused), pickle.loads(pickle.dumps(fused))):
@@ -399,9 +407,9 @@ def test_mutation_copy_pickle_and_measure() -> None:
             torch.testing.assert_close(m(x), model.reference(x))
     # mutate a fused conv: its pads at run time follow the live attribute
     conv: Any = fused.get_submodule("convs.3")
-    conv.padding = 2  # symmetric: the plain path, same numbers as the torch conv
+    conv.padding = 3  # symmetric: the plain path, same numbers as the torch conv
     ref: Any = model.convs[3]
-    ref.padding = 2
+    ref.padding = 3
     with torch.no_grad():
         torch.testing.assert_close(fused(x), model(x))
     measured, report = fuse_pads(model, torch.randn(1, 3, 20), measure=True, rounds=3)
@@ -411,7 +419,7 @@ def test_mutation_copy_pickle_and_measure() -> None:
 
 
 def test_bad_arguments_name_themselves() -> None:
-    net = TCN(ch=2, dilations=(1,))
+    net = TCN(ch=2, dilations=(2,))
     with pytest.raises(TypeError, match=r"model must be a torch\.nn\.Module"):
         fuse_pads("net", torch.randn(1, 2, 4))  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="at least one example input"):
@@ -426,7 +434,7 @@ def test_augmented_assignment_producer() -> None:
     class Net(nn.Module):
         def __init__(self) -> None:
             super().__init__()
-            self.conv = PN.Conv1d(2, 2, 2, padding="same")
+            self.conv = PN.Conv1d(2, 2, 3, stride=2, padding="same")
 
         def forward(self, x: Tensor, y: Tensor) -> Tensor:
             h = x * 1.0
@@ -436,6 +444,6 @@ def test_augmented_assignment_producer() -> None:
     net = _eval(Net())
     fused, report = fuse_pads(net, torch.randn(1, 2, 6), torch.randn(1, 2, 6))
     assert report.paths == ["conv"]
-    x, y = torch.randn(1, 2, 7), torch.randn(1, 2, 7)
+    x, y = torch.randn(1, 2, 8), torch.randn(1, 2, 8)
     with torch.no_grad():
         torch.testing.assert_close(fused(x, y), conv_ref(net.conv, x + y, [(0, 1)]))
