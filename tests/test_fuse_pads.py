@@ -121,9 +121,12 @@ def test_tcn_equals_fpad_reference(length: int) -> None:
     model = _eval(TCN())
     fused, report = fuse_pads(model, torch.randn(2, 6, 50))
     assert isinstance(report, SurgeryReport) and report.operation == "fuse_pads"
-    assert report.paths == [f"convs.{i}" for i in range(1, 6)]
-    assert [s.path for s in report.skipped] == ["convs.0"]
-    assert "model's input" in report.skipped[0].reason
+    assert report.paths == [f"convs.{i}" for i in range(6)]
+    assert report.skipped == []
+    # the first conv reads the model's input: no buffer, but a crop view in training
+    assert "crop view" in report.changes[0].after and "buffer" not in report.changes[0].after
+    assert "model's input" in report.changes[0].detail
+    assert all("buffer + crop view" in c.after for c in report.changes[1:])
     assert list(fused.state_dict()) == list(model.state_dict())
     x = torch.randn(3, 6, length)
     with torch.no_grad():
@@ -139,6 +142,35 @@ def test_crop_plans_are_left_as_they_are() -> None:
     assert net[1].plan((1, 2, 16)).strategy == "crop"
     fused, report = fuse_pads(net, torch.randn(1, 2, 16))
     assert report.paths == [] and report.skipped == [] and fused is not net
+
+
+def _backward_ops(t: Tensor) -> set[str]:
+    seen: set[str] = set()
+    todo = [t.grad_fn]
+    while todo:
+        fn = todo.pop()
+        if fn is None or type(fn).__name__ in seen:
+            continue
+        seen.add(type(fn).__name__)
+        todo.extend(f for f, _ in fn.next_functions)
+    return seen
+
+
+def test_tcn_training_takes_crop_views_with_exact_gradients() -> None:
+    model = _eval(TCN()).train()
+    fused, _ = fuse_pads(model, torch.randn(1, 6, 40))
+    x = torch.randn(2, 6, 41, requires_grad=True)
+    out = fused(x)
+    ops = _backward_ops(out)
+    assert "ConstantPadNdBackward0" not in ops  # no padded copy of any input
+    assert ops & {"NarrowBackward0", "SliceBackward0"}  # the crop views
+    assert "ConstantPadNdBackward0" in _backward_ops(model(x))  # the plain plan copies
+    params = [x, *fused.parameters()]
+    got = torch.autograd.grad(out.square().sum(), params)
+    ref_params = [x, *model.parameters()]
+    want = torch.autograd.grad(model.reference(x).square().sum(), ref_params)
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.parametrize("channels_last", [False, True])

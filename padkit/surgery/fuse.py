@@ -36,6 +36,7 @@ from torch.utils._pytree import tree_leaves
 
 from .. import nn as PN
 from ..nn import _hashable
+from ..plan import _CROP_MAX_SURPLUS, _crop_layout
 from ._common import Change, Skip, SurgeryReport, _brief, _check_bool, _check_model
 
 __all__ = ["fuse_pads"]
@@ -242,9 +243,8 @@ def _inference(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
 _PAIRS: dict[tuple[Any, ...], tuple[tuple[int, int], ...] | None] = {}
 
 
-def _buffer_pairs(conv: Any, shape: torch.Size) -> tuple[tuple[int, int], ...] | None:
-    """The conv's per-side pads at this input size, where a buffer beats its plan."""
-    key = (
+def _conv_key(conv: Any, shape: torch.Size) -> tuple[Any, ...]:
+    return (
         tuple(shape),
         _hashable(conv.kernel_size),
         _hashable(conv.stride),
@@ -254,6 +254,11 @@ def _buffer_pairs(conv: Any, shape: torch.Size) -> tuple[tuple[int, int], ...] |
         _hashable(conv.padding_mode),
         conv.pad_spec,
     )
+
+
+def _buffer_pairs(conv: Any, shape: torch.Size) -> tuple[tuple[int, int], ...] | None:
+    """The conv's per-side pads at this input size, where a buffer beats its plan."""
+    key = _conv_key(conv, shape)
     try:
         return _PAIRS[key]
     except KeyError:
@@ -309,16 +314,62 @@ def fused_producer(
     return buf, view
 
 
-def fused_conv(conv: nn.Module, buffer: Tensor | None, value: Any) -> Tensor:
-    """``conv(value)``, read from ``buffer`` (``value`` padded per side) when there is one."""
-    if buffer is None:
-        out: Tensor = conv(value)
-        return out
+#: (input shape, the conv's live attributes) -> (native padding, skip, output size) of an
+#: exact ``crop`` layout where the conv's plan copies its input, else None
+_CROPS: dict[tuple[Any, ...], tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]] | None]
+_CROPS = {}
+
+
+def _crop_layout_at(
+    conv: Any, shape: torch.Size
+) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]] | None:
+    """Where the conv's plan copies its input: a symmetric padding and a view that is exact."""
+    key = _conv_key(conv, shape)
+    if key in _CROPS:
+        return _CROPS[key]
+    layout = None
+    if _buffer_pairs(conv, shape) is not None:
+        plan = conv.plan(tuple(shape))
+        op = conv._op()
+        found = _crop_layout(plan.pads, op.kernel, op.stride, op.dilation, tuple(shape[2:]))
+        if plan.strategy != "zero_extend" and found is not None:
+            native, skip, surplus = found
+            if surplus <= _CROP_MAX_SURPLUS:
+                layout = (native, skip, plan.out_size)
+    if len(_CROPS) > 4096:
+        _CROPS.clear()
+    _CROPS[key] = layout
+    return layout
+
+
+def _training(conv: Any, value: Any) -> bool:
+    if not isinstance(value, Tensor) or not torch.is_grad_enabled():
+        return False
+    if torch.compiler.is_compiling() or type(value) is not Tensor:
+        return False
+    return bool(value.requires_grad or conv.weight.requires_grad)
+
+
+def fused_conv(conv: nn.Module, buffer: Tensor | None, value: Any, crop: bool = False) -> Tensor:
+    """``conv(value)``: read from ``buffer`` (``value`` padded per side) when there is one; with
+    ``crop``, in training, a conv with symmetric padding and a view of the outputs kept."""
     c: Any = conv
     fn = (F.conv1d, F.conv2d, F.conv3d)[c._nd - 1]
-    weight = c.weight
-    res: Tensor = fn(buffer, weight, c.bias, list(c.stride), 0, list(c.dilation), c.groups)
-    return res
+    if buffer is not None:
+        res: Tensor = fn(buffer, c.weight, c.bias, list(c.stride), 0, list(c.dilation), c.groups)
+        return res
+    layout = _crop_layout_at(c, value.shape) if crop and _training(c, value) else None
+    if layout is None:
+        out: Tensor = conv(value)
+        return out
+    native, skip, size = layout
+    y: Tensor = fn(
+        value, c.weight, c.bias, list(c.stride), list(native), list(c.dilation), c.groups
+    )
+    for i, (start, n) in enumerate(zip(skip, size)):
+        if start or y.shape[2 + i] != n:
+            y = y.narrow(2 + i, start, n)
+    return y
 
 
 torch.fx.wrap("fused_producer")
@@ -364,16 +415,21 @@ def _erf_gelu(gm: fx.GraphModule, node: fx.Node) -> bool:
     return False
 
 
-def _candidate(
-    gm: fx.GraphModule, conv_node: fx.Node, taken: set[fx.Node]
-) -> tuple[fx.Node, tuple[str, Any, bool]] | str:
-    """The producer node to fuse into ``conv_node``, or why not."""
+def _own_forward(gm: fx.GraphModule, conv_node: fx.Node) -> str | None:
     cls: Any = type(gm.get_submodule(str(conv_node.target)))
     if (cls.forward, cls._conv_forward) != (PN._ConvMixin.forward, PN._ConvMixin._conv_forward):
         return "a subclass with its own forward (it may change the weight or the input)"
     if len(conv_node.args) != 1 or conv_node.kwargs or not isinstance(conv_node.args[0], fx.Node):
         return "called with more than one input"
+    return None
+
+
+def _candidate(
+    gm: fx.GraphModule, conv_node: fx.Node, taken: set[fx.Node]
+) -> tuple[fx.Node, tuple[str, Any, bool]] | str:
+    """The producer node to fuse into ``conv_node``, or why not."""
     prod = conv_node.args[0]
+    assert isinstance(prod, fx.Node)  # checked by _own_forward
     what = _producer(gm, prod)
     if isinstance(what, str):
         return what
@@ -386,6 +442,14 @@ def _candidate(
         if not isinstance(first, fx.Node) or len(first.users) != 1:
             return "an in-place producer whose input is read elsewhere"
     return prod, what
+
+
+def _elementwise_readers(gm: fx.GraphModule, node: fx.Node) -> bool:
+    """Every reader of ``node`` is an elementwise op (a view reads at no extra cost)."""
+    return bool(node.users) and all(
+        u.op != "output" and (_erf_gelu(gm, u) or not isinstance(_producer(gm, u), str))
+        for u in node.users
+    )
 
 
 def _rewrite(gm: fx.GraphModule, report: SurgeryReport) -> None:
@@ -403,34 +467,55 @@ def _rewrite(gm: fx.GraphModule, report: SurgeryReport) -> None:
         shape = getattr(meta, "shape", None)
         if shape is None or _buffer_pairs(conv, torch.Size(shape)) is None:
             continue  # at the example's size this conv pads without a copy
-        found = _candidate(gm, node, taken)
-        if isinstance(found, str):
-            report.skipped.append(Skip(path, found))
+        why = _own_forward(gm, node)
+        if why is not None:
+            report.skipped.append(Skip(path, why))
             continue
-        prod, (kind, target, _) = found
-        taken.add(prod)
-        with graph.inserting_before(prod):
+        crop = _elementwise_readers(gm, node) and (
+            _crop_layout_at(conv, torch.Size(shape)) is not None
+        )
+        found = _candidate(gm, node, taken)
+        notes: list[str] = []
+        with graph.inserting_before(node if isinstance(found, str) else found[0]):
             conv_ref = graph.get_attr(path)
-            target_arg = graph.get_attr(str(target)) if kind == "module" else str(target)
-            pair = graph.call_function(
-                fused_producer, (conv_ref, kind, target_arg, prod.args, dict(prod.kwargs))
+        if isinstance(found, str):
+            if not crop:
+                report.skipped.append(Skip(path, found))
+                continue
+            buf: Any = None
+            val: Any = node.args[0]
+            notes.append(f"inference: as before ({found})")
+        else:
+            prod, (kind, target, _) = found
+            taken.add(prod)
+            with graph.inserting_before(prod):
+                target_arg = graph.get_attr(str(target)) if kind == "module" else str(target)
+                pair = graph.call_function(
+                    fused_producer, (conv_ref, kind, target_arg, prod.args, dict(prod.kwargs))
+                )
+                buf = graph.call_function(operator.getitem, (pair, 0))
+                val = graph.call_function(operator.getitem, (pair, 1))
+            prod.replace_all_uses_with(val)
+            graph.erase_node(prod)
+            name = type(gm.get_submodule(str(target))).__name__ if kind == "module" else target
+            notes.append(f"inference: its producer ({kind} {name}) writes the buffer's interior")
+        if crop:
+            notes.append(
+                "training: symmetric padding and a view of the outputs kept (only "
+                "elementwise ops read them)"
             )
-            buf = graph.call_function(operator.getitem, (pair, 0))
-            val = graph.call_function(operator.getitem, (pair, 1))
-        prod.replace_all_uses_with(val)
         with graph.inserting_before(node):
-            new = graph.call_function(fused_conv, (conv_ref, buf, val))
+            new = graph.call_function(fused_conv, (conv_ref, buf, val, crop))
         node.replace_all_uses_with(new)
         graph.erase_node(node)
-        graph.erase_node(prod)
-        name = type(gm.get_submodule(str(target))).__name__ if kind == "module" else target
+        after = ("buffer" if buf is not None else "") + (" + crop view" if crop else "")
         report.changes.append(
             Change(
                 path,
                 _brief(conv),
-                f"{_brief(conv)} reading a zero-bordered buffer",
+                f"{_brief(conv)} ({after.strip(' +')})",
                 ("padding",),
-                detail=f"its producer ({kind} {name}) writes the buffer's interior",
+                detail="; ".join(notes),
             )
         )
     graph.lint()
