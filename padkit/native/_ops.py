@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ctypes
 import itertools
+import threading
 from collections.abc import Sequence
 from typing import Any
 
@@ -190,6 +191,57 @@ def conv_out_shape(
     return (int(x.shape[0]), oc, *sizes)
 
 
+#: per thread: the call's invariant facts -> (output shape, parameter block). Only the
+#: block's last three entries (the weight's identity) change from call to call; ctypes
+#: releases the GIL during the call, so each thread fills its own block.
+_blocks = threading.local()
+
+
+def _forward_block(
+    kind: int,
+    x: Tensor,
+    w: Tensor,
+    has_bias: bool,
+    s: Sequence[int],
+    d: Sequence[int],
+    pads: Pairs,
+    groups: int,
+    training: bool,
+    cl: bool,
+) -> tuple[tuple[int, ...], Any]:
+    cache: dict[tuple[Any, ...], tuple[tuple[int, ...], Any]] | None
+    cache = getattr(_blocks, "conv", None)
+    if cache is None:
+        cache = _blocks.conv = {}
+    key = (
+        kind,
+        x.shape,
+        x.stride(),
+        x.dtype,
+        w.shape,
+        w.stride(),
+        has_bias,
+        tuple(s),
+        tuple(d),
+        pads,
+        groups,
+        training,
+        cl,
+        torch.get_num_threads(),
+    )
+    hit = cache.get(key)
+    if hit is None:
+        shape = conv_out_shape(kind, x, w, s, d, pads, groups)
+        block = _conv_params(kind, x, w, has_bias, shape, s, d, pads, groups, training, cl)
+        if len(cache) > 1024:
+            cache.clear()
+        hit = cache[key] = (shape, block)
+    else:
+        block = hit[1]
+        block[len(block) - 3], block[len(block) - 2], block[len(block) - 1] = _weight_id(w)
+    return hit
+
+
 def _conv_forward(
     kind: int,
     x: Tensor,
@@ -202,9 +254,8 @@ def _conv_forward(
     training: bool,
     cl: bool,
 ) -> Tensor:
-    shape = conv_out_shape(kind, x, w, s, d, pads, groups)
+    shape, p = _forward_block(kind, x, w, b is not None, s, d, pads, groups, training, cl)
     out = _empty(shape, x, cl)
-    p = _conv_params(kind, x, w, b is not None, shape, s, d, pads, groups, training, cl)
     lib = _library().lib
     _check(lib.padkit_conv_fwd(p, x.data_ptr(), w.data_ptr(), _ptr(b), out.data_ptr()))
     return out
@@ -311,6 +362,8 @@ def conv(
 # ----------------------------------------------------------------------------- kernels
 
 _fast: dict[tuple[int, ...], bool] = {}
+#: conv_is_fast's answers by the Python facts of the call (no parameter block to build)
+_fast_conv: dict[tuple[Any, ...], bool] = {}
 
 
 def _has_fast_kernels(p: Any, n: int, passes: Sequence[int]) -> bool:
@@ -358,11 +411,33 @@ def conv_is_fast(
             training=training,
         )
     kind = 1 if transposed else 0
-    cl = is_channels_last(x)
-    shape = conv_out_shape(kind, x, w, s, d, pads, groups)
-    p = _conv_params(kind, x, w, b is not None, shape, s, d, pads, groups, training, cl, (0, 0, 0))
-    p[1] = 0
-    return _has_fast_kernels(p, len(p) - 3, (0, 1, 2) if training else (0,))
+    key = (
+        kind,
+        x.shape,
+        x.stride(),
+        x.dtype,
+        w.shape,
+        w.stride(),
+        b is None,
+        tuple(s),
+        tuple(d),
+        tuple(pads),
+        groups,
+        training,
+    )
+    ok = _fast_conv.get(key)
+    if ok is None:
+        cl = is_channels_last(x)
+        shape = conv_out_shape(kind, x, w, s, d, pads, groups)
+        p = _conv_params(
+            kind, x, w, b is not None, shape, s, d, pads, groups, training, cl, (0, 0, 0)
+        )
+        p[1] = 0
+        ok = _has_fast_kernels(p, len(p) - 3, (0, 1, 2) if training else (0,))
+        if len(_fast_conv) > 4096:
+            _fast_conv.clear()
+        _fast_conv[key] = ok
+    return ok
 
 
 def pool_is_fast(
