@@ -441,16 +441,26 @@ def run_conv_plan(
         res: Tensor | None = _native.conv(plan.strategy, x, weight, bias, s, d, plan.pads, groups)
         if res is not None:
             return res
-    if plan.strategy == "zero_extend":
+    padding = plan.native_padding
+    if plan.strategy == "zero_extend" and _needs_grad(x, weight, bias):
+        # training: the backward of a kernel grown by zero taps (torch's depthwise kernels,
+        # channels-last most of all) costs more than one padded copy of the input
+        padding = tuple(min(lo, hi) for lo, hi in plan.pads)
+        x = F.pad(x, _torch_pad(tuple((lo - m, hi - m) for (lo, hi), m in zip(plan.pads, padding))))
+    elif plan.strategy == "zero_extend":
         weight = (
             extend(weight) if extend is not None else F.pad(weight, _torch_pad(plan.kernel_ext))
         )
     elif plan.strategy in ("residual_pad", "explicit"):
         x = F.pad(x, _torch_pad(plan.pre_pad))
-    out: Tensor = conv(x, weight, bias, s, plan.native_padding, d, groups)
+    out: Tensor = conv(x, weight, bias, s, padding, d, groups)
     if plan.strategy == "crop":
         out = _narrow_out(out, plan)
     return out
+
+
+def _needs_grad(*ts: Tensor | None) -> bool:
+    return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in ts)
 
 
 def _narrow_out(out: Tensor, plan: Plan) -> Tensor:

@@ -15,6 +15,8 @@ pick one exact lowering:
     the kernel grows by zero taps on the short side and the pad becomes symmetric:
     no input copy, a few more multiply-adds (exact when the surplus is a whole number
     of dilations). Chosen for depthwise and other grouped convs, which are memory-bound.
+    Under autograd the conv runs as ``residual_pad`` instead: the backward of the grown
+    kernel costs more than one padded copy (see docs/performance.md).
 ``ceil_mode``
     pools with ``lo <= hi`` whose extra end pad is exactly what ``ceil_mode`` adds.
 ``residual_pad``
