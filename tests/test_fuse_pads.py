@@ -479,3 +479,26 @@ def test_augmented_assignment_producer() -> None:
     x, y = torch.randn(1, 2, 8), torch.randn(1, 2, 8)
     with torch.no_grad():
         torch.testing.assert_close(fused(x, y), conv_ref(net.conv, x + y, [(0, 1)]))
+
+
+def test_compile_and_the_native_backend_see_the_same_numbers() -> None:
+    model = _eval(TCN(ch=4, dilations=(2, 3)))
+    fused, _ = fuse_pads(model, torch.randn(1, 4, 24))
+    x = torch.randn(2, 4, 26)
+    with torch.no_grad():
+        want = model.reference(x)
+        compiled = torch.compile(fused, backend="eager", fullgraph=True)
+        torch.testing.assert_close(compiled(x), want, rtol=1e-5, atol=1e-5)
+    import padkit.native as native
+
+    assert native.enable(), native.info()  # the test extra installs oneDNN
+    try:
+        with torch.no_grad():
+            torch.testing.assert_close(fused(x), want, rtol=1e-5, atol=1e-5)
+        x.requires_grad_()
+        (g,) = torch.autograd.grad(fused(x).sum(), x)
+        x2 = x.detach().requires_grad_()
+        (g2,) = torch.autograd.grad(model.reference(x2).sum(), x2)
+        torch.testing.assert_close(g, g2, rtol=1e-4, atol=1e-4)
+    finally:
+        native.disable()
