@@ -459,6 +459,33 @@ def run_conv_plan(
     return out
 
 
+def _pad_then_pool(plan: Plan, rec: Op, x: Tensor) -> Tensor | None:
+    """A channels-last ``crop`` pool under autograd, run as ``F.pad`` + the unpadded pool.
+
+    The backward of a crop view feeds torch's channels-last pool backward a gradient it
+    runs 5-7x slower than the native pool's (docs/performance.md); one padded copy costs
+    1.3-2.2x. Only where the padded values are what the pool would see anyway: max pools
+    (-inf) and averages that count their pads; None otherwise."""
+    if rec.return_indices or rec.divisor_override is not None:
+        return None
+    if rec.kind == "max":
+        value = float("-inf")
+    elif rec.kind == "avg" and rec.count_include_pad:
+        value = 0.0
+    else:
+        return None
+    nd = rec.nd
+    k, s = _lift(nd, rec.kernel, 1), _lift(nd, rec.stride, 1)
+    xp = F.pad(x, _torch_pad(plan.pads), value=value)
+    if rec.kind == "max":
+        d = _lift(nd, rec.dilation, 1)
+        out = _MAX_POOL[max(nd, 2)](_to2d(xp, nd), k, s, 0, d, False)
+    else:
+        out = _AVG_POOL[max(nd, 2)](_to2d(xp, nd), k, s, 0, False, True, None)
+    out = _from2d(out, nd)
+    return out if tuple(out.shape[2:]) == tuple(plan.out_size) else None
+
+
 def _needs_grad(*ts: Tensor | None) -> bool:
     return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in ts)
 
@@ -478,6 +505,10 @@ def run_pool_plan(plan: Plan, rec: Op, x: Tensor, *, mean_weight: Tensor | None 
     functions' own business. Returns ``(out, indices)`` for a max pool that asks for them.
     """
     nd = rec.nd
+    if plan.strategy == "crop" and _needs_grad(x) and channels_last(x):
+        padded = _pad_then_pool(plan, rec, x)
+        if padded is not None:
+            return padded
     if plan.strategy == "zero_extend":  # average pools only
         weight = mean_weight
         if weight is None:

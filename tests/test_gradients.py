@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 import torch
@@ -284,3 +285,55 @@ def test_max_pool_gradient_never_reaches_padding(nd: int, kwargs: dict[str, obje
     counts = torch.zeros_like(x).flatten(2)
     counts.scatter_add_(2, idx.flatten(2), torch.ones_like(idx.flatten(2), dtype=x.dtype))
     torch.testing.assert_close(x.grad.flatten(2), counts, rtol=0, atol=0)
+
+
+def _grad_ops(t: Tensor) -> set[str]:
+    seen: set[str] = set()
+    todo = [t.grad_fn]
+    while todo:
+        fn = todo.pop()
+        if fn is not None and type(fn).__name__ not in seen:
+            seen.add(type(fn).__name__)
+            todo.extend(f for f, _ in fn.next_functions)
+    return seen
+
+
+@pytest.mark.parametrize(
+    "make, value, crop_in_training",
+    [
+        (lambda: pn.MaxPool2d(4, 1, padding="same"), float("-inf"), False),
+        (lambda: pn.AvgPool2d(2, 1, padding="same", count_include_pad=True), 0.0, False),
+        # excluding the pads from the count: F.pad would count them, so the crop view stays
+        (lambda: pn.AvgPool2d(2, 1, padding="same", count_include_pad=False), None, True),
+    ],
+)
+def test_channels_last_crop_pools_under_autograd(
+    make: Callable[[], torch.nn.Module], value: float | None, crop_in_training: bool
+) -> None:
+    # channels-last crop pools: under autograd, F.pad + the unpadded pool (the crop view's
+    # backward is 5-7x slower there); the gradients equal those of the F.pad reference
+    pool: Any = make()
+    x = torch.randn(2, 5, 9, 10).contiguous(memory_format=torch.channels_last)
+    plan = pool.plan(tuple(x.shape), channels_last=True)
+    assert plan.strategy == "crop"
+    xg = x.clone().requires_grad_()
+    for _ in range(2):  # the first call and the layer's fast path
+        out = pool(xg)
+    ops = _grad_ops(out)
+    assert ("ConstantPadNdBackward0" in ops) is not crop_in_training
+    g = torch.randn_like(out)
+    (got,) = torch.autograd.grad(out, xg, g)
+    xr = x.clone().requires_grad_()
+    pads = [v for lo_hi in reversed(plan.pads) for v in lo_hi]
+    if value is None:  # the mean over the input elements of each window
+        ones = F.pad(torch.ones_like(xr), pads)
+        ref = F.avg_pool2d(F.pad(xr, pads), 2, 1) / F.avg_pool2d(ones, 2, 1)
+    elif value == 0.0:
+        ref = F.avg_pool2d(F.pad(xr, pads), 2, 1)
+    else:
+        ref = F.max_pool2d(F.pad(xr, pads, value=value), 4, 1)
+    (want,) = torch.autograd.grad(ref, xr, g)
+    torch.testing.assert_close(out, ref.detach(), rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+    with torch.no_grad():  # inference keeps the crop view, same numbers
+        torch.testing.assert_close(pool(x), ref.detach(), rtol=1e-5, atol=1e-6)
