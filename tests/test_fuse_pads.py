@@ -21,7 +21,7 @@ import torch.nn.functional as F
 from torch import Tensor, fx, nn
 
 import padkit.nn as PN
-from padkit.surgery import SurgeryReport, fuse_pads
+from padkit.surgery import SurgeryReport, fuse, fuse_pads
 
 torch.set_num_threads(1)
 
@@ -45,9 +45,17 @@ def conv_ref(conv: nn.Module, x: Tensor, pads: list[tuple[int, int]]) -> Tensor:
 SEEN: list[bool] = []
 
 
+@pytest.fixture(autouse=True)
+def short_rows_too(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The tests' tensors are small: let the buffer serve interiors of any row length
+    (``test_short_rows_keep_the_plain_ops`` checks the real threshold)."""
+    monkeypatch.setattr(fuse, "_MIN_RUN", 1)
+
+
 def probe(x: Tensor) -> Tensor:
-    """Records whether ``x`` is contiguous (a buffer's interior is not); returns a copy."""
-    SEEN.append(x.is_contiguous())
+    """Records whether ``x`` is dense, in either layout (a buffer's interior is not)."""
+    cl = x.dim() == 4 and x.is_contiguous(memory_format=torch.channels_last)
+    SEEN.append(x.is_contiguous() or cl)
     return x.clone()
 
 
@@ -502,3 +510,38 @@ def test_compile_and_the_native_backend_see_the_same_numbers() -> None:
         torch.testing.assert_close(g, g2, rtol=1e-4, atol=1e-4)
     finally:
         native.disable()
+
+
+def test_short_rows_keep_the_plain_ops(monkeypatch: pytest.MonkeyPatch) -> None:
+    # writing rows of a few dozen elements into a strided view is slower than the copy it
+    # saves: the buffer serves only interiors whose contiguous runs are long
+    monkeypatch.setattr(fuse, "_MIN_RUN", 1024)
+
+    class Net(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.conv = PN.Conv2d(4, 4, 3, stride=2, padding="same")
+
+        def forward(self, x: Tensor) -> tuple[Tensor, Tensor]:
+            y = torch.relu(x)
+            return self.conv(y), probe(y)
+
+    net = _eval(Net())
+    fused, report = fuse_pads(net, torch.randn(1, 4, 64, 64))
+    assert report.paths == ["conv"]
+    cases = [
+        (torch.randn(1, 4, 64, 64), True),  # NCHW rows of 64 elements: plain
+        (torch.randn(1, 4, 64, 64).contiguous(memory_format=torch.channels_last), True),
+        (torch.randn(1, 4, 8, 2048), False),  # rows of 2048: the buffer
+        (torch.randn(1, 300, 64, 64).contiguous(memory_format=torch.channels_last), None),
+    ]
+    for x, plain in cases:
+        if plain is None:  # channels-last rows of 64 pixels x 300 channels: the buffer
+            net.conv = PN.Conv2d(300, 4, 3, 2, padding="same")
+            fused, _ = fuse_pads(net, x)
+            plain = False
+        with torch.no_grad():
+            out, _ = fused(x)
+            pads = [tf_same(n, 3, 2) for n in x.shape[2:]]
+            torch.testing.assert_close(out, conv_ref(net.conv, torch.relu(x), pads))
+        assert SEEN[-1] is plain, x.shape
