@@ -527,7 +527,9 @@ def test_short_rows_keep_the_plain_ops(monkeypatch: pytest.MonkeyPatch) -> None:
             return self.conv(y), probe(y)
 
     net = _eval(Net())
-    fused, report = fuse_pads(net, torch.randn(1, 4, 64, 64))
+    _, report = fuse_pads(net, torch.randn(1, 4, 64, 64))  # rows of 64 at the example
+    assert report.paths == [] and "rows would hold 64 elements" in report.skipped[0].reason
+    fused, report = fuse_pads(net, torch.randn(1, 4, 8, 2048))
     assert report.paths == ["conv"]
     cases = [
         (torch.randn(1, 4, 64, 64), True),  # NCHW rows of 64 elements: plain

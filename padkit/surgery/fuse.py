@@ -490,6 +490,18 @@ def _rewrite(gm: fx.GraphModule, report: SurgeryReport) -> None:
             _crop_layout_at(conv, torch.Size(shape)) is not None
         )
         found = _candidate(gm, node, taken)
+        if not isinstance(found, str):
+            pairs = _buffer_pairs(conv, torch.Size(shape))
+            is_cl = getattr(meta, "memory_format", None) in (
+                torch.channels_last,
+                torch.channels_last_3d,
+            )
+            run = _interior_run(torch.Size(shape), pairs or (), is_cl)
+            if run < _MIN_RUN:
+                found = (
+                    f"the buffer's rows would hold {run} elements at the example's size "
+                    f"(under {_MIN_RUN}, an elementwise op writes them slower than one copy)"
+                )
         notes: list[str] = []
         with graph.inserting_before(node if isinstance(found, str) else found[0]):
             conv_ref = graph.get_attr(path)
@@ -579,10 +591,10 @@ def fuse_pads(
         >>> net = torch.nn.Sequential(
         ...     torch.nn.Conv1d(4, 4, 1), torch.nn.ReLU(),
         ...     padkit.nn.Conv1d(4, 4, 3, padding="causal", dilation=2))
-        >>> fused, report = fuse_pads(net, torch.randn(1, 4, 32))
+        >>> fused, report = fuse_pads(net, torch.randn(1, 4, 2048))
         >>> report.paths
         ['2']
-        >>> x = torch.randn(2, 4, 50)
+        >>> x = torch.randn(2, 4, 3000)
         >>> with torch.no_grad():
         ...     print(torch.allclose(fused(x), net(x), atol=1e-6))
         True
