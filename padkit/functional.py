@@ -22,7 +22,7 @@ from torch import Tensor
 
 from . import _export
 from .op import PADDING_MODES, Op
-from .plan import Plan, plan_conv, plan_pool
+from .plan import Plan, _as_residual_pad, plan_conv, plan_pool
 from .spec import (
     TRANSPOSE_RULES,
     Padding,
@@ -441,49 +441,30 @@ def run_conv_plan(
         res: Tensor | None = _native.conv(plan.strategy, x, weight, bias, s, d, plan.pads, groups)
         if res is not None:
             return res
-    padding = plan.native_padding
     if plan.strategy == "zero_extend" and _needs_grad(x, weight, bias):
         # training: the backward of a kernel grown by zero taps (torch's depthwise kernels,
         # channels-last most of all) costs more than one padded copy of the input
-        padding = tuple(min(lo, hi) for lo, hi in plan.pads)
-        x = F.pad(x, _torch_pad(tuple((lo - m, hi - m) for (lo, hi), m in zip(plan.pads, padding))))
-    elif plan.strategy == "zero_extend":
+        plan = _as_residual_pad(plan)
+    if plan.strategy == "zero_extend":
         weight = (
             extend(weight) if extend is not None else F.pad(weight, _torch_pad(plan.kernel_ext))
         )
     elif plan.strategy in ("residual_pad", "explicit"):
         x = F.pad(x, _torch_pad(plan.pre_pad))
-    out: Tensor = conv(x, weight, bias, s, padding, d, groups)
+    out: Tensor = conv(x, weight, bias, s, plan.native_padding, d, groups)
     if plan.strategy == "crop":
         out = _narrow_out(out, plan)
     return out
 
 
-def _pad_then_pool(plan: Plan, rec: Op, x: Tensor) -> Tensor | None:
-    """A channels-last ``crop`` pool under autograd, run as ``F.pad`` + the unpadded pool.
-
-    The backward of a crop view feeds torch's channels-last pool backward a gradient it
-    runs 5-7x slower than the native pool's (docs/performance.md); one padded copy costs
-    1.3-2.2x. Only where the padded values are what the pool would see anyway: max pools
-    (-inf) and averages that count their pads; None otherwise."""
+def _pad_value(rec: Op) -> float | None:
+    """The value ``F.pad`` may give a pool's pads without changing its result: -inf for a
+    max pool, 0 for an average that counts its pads; None where no value is neutral."""
     if rec.return_indices or rec.divisor_override is not None:
         return None
     if rec.kind == "max":
-        value = float("-inf")
-    elif rec.kind == "avg" and rec.count_include_pad:
-        value = 0.0
-    else:
-        return None
-    nd = rec.nd
-    k, s = _lift(nd, rec.kernel, 1), _lift(nd, rec.stride, 1)
-    xp = F.pad(x, _torch_pad(plan.pads), value=value)
-    if rec.kind == "max":
-        d = _lift(nd, rec.dilation, 1)
-        out = _MAX_POOL[max(nd, 2)](_to2d(xp, nd), k, s, 0, d, False)
-    else:
-        out = _AVG_POOL[max(nd, 2)](_to2d(xp, nd), k, s, 0, False, True, None)
-    out = _from2d(out, nd)
-    return out if tuple(out.shape[2:]) == tuple(plan.out_size) else None
+        return float("-inf")
+    return 0.0 if rec.kind == "avg" and rec.count_include_pad else None
 
 
 def _needs_grad(*ts: Tensor | None) -> bool:
@@ -505,10 +486,6 @@ def run_pool_plan(plan: Plan, rec: Op, x: Tensor, *, mean_weight: Tensor | None 
     functions' own business. Returns ``(out, indices)`` for a max pool that asks for them.
     """
     nd = rec.nd
-    if plan.strategy == "crop" and _needs_grad(x) and channels_last(x):
-        padded = _pad_then_pool(plan, rec, x)
-        if padded is not None:
-            return padded
     if plan.strategy == "zero_extend":  # average pools only
         weight = mean_weight
         if weight is None:
@@ -516,20 +493,28 @@ def run_pool_plan(plan: Plan, rec: Op, x: Tensor, *, mean_weight: Tensor | None 
         return _CONV[nd](x, weight, None, rec.stride, plan.native_padding, 1, x.shape[1])
     k, s = _lift(nd, rec.kernel, 1), _lift(nd, rec.stride, 1)
     p = _lift(nd, plan.native_padding, 0)
+    crop = plan.strategy == "crop"
+    value = _pad_value(rec) if crop and _needs_grad(x) and channels_last(x) else None
+    if value is not None:
+        # a channels-last crop under autograd: the crop view's backward feeds torch's
+        # channels-last pool backward a gradient it runs 5-7x slower than the native pool's,
+        # one padded copy costs 1.3-2.2x (docs/performance.md). Crop plans never use
+        # ceil_mode, so the unpadded pool of the padded input has the plan's output size.
+        x, p, crop = F.pad(x, _torch_pad(plan.pads), value=value), _lift(nd, (0,) * nd, 0), False
     if rec.kind == "avg":
         out = _AVG_POOL[max(nd, 2)](
             _to2d(x, nd), k, s, p, plan.ceil_mode, rec.count_include_pad, rec.divisor_override
         )
-        return _from2d_narrow(out, nd, plan) if plan.strategy == "crop" else _from2d(out, nd)
+        return _from2d_narrow(out, nd, plan) if crop else _from2d(out, nd)
     d = _lift(nd, rec.dilation, 1)
     if rec.return_indices:
         res = _MAX_POOL[max(nd, 2)](_to2d(x, nd), k, s, p, d, plan.ceil_mode, True)
-        if plan.strategy == "crop":
+        if crop:
             return tuple(_from2d_narrow(r, nd, plan) for r in res)
         return _from2d(res[0], nd), _from2d(res[1], nd)
     pool = torch.max_pool3d if nd == 3 else torch.max_pool2d
     out = pool(_to2d(x, nd), k, s, p, d, plan.ceil_mode)
-    return _from2d_narrow(out, nd, plan) if plan.strategy == "crop" else _from2d(out, nd)
+    return _from2d_narrow(out, nd, plan) if crop else _from2d(out, nd)
 
 
 def conv1d(

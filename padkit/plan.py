@@ -31,6 +31,7 @@ float rounding (tests check every strategy against that reference).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -264,13 +265,31 @@ def _plan_conv(
             "depthwise conv: zero taps on the short side, symmetric padding, no input copy",
             kernel_ext=kernel_ext,
         )
+    sym, residual = _residual_layout(pairs)
+    return make("residual_pad", sym, _RESIDUAL, pre_pad=residual)
+
+
+_RESIDUAL = "dense conv: symmetric part native, the rest one F.pad"
+
+
+def _residual_layout(pairs: Pairs) -> tuple[tuple[int, ...], Pairs]:
+    """The symmetric part of each axis's pads (native) and the rest (one ``F.pad``)."""
     sym = tuple(min(lo, hi) for lo, hi in pairs)
-    residual = tuple((lo - m, hi - m) for (lo, hi), m in zip(pairs, sym))
-    return make(
-        "residual_pad",
-        sym,
-        "dense conv: symmetric part native, the rest one F.pad",
+    return sym, tuple((lo - m, hi - m) for (lo, hi), m in zip(pairs, sym))
+
+
+@functools.lru_cache(maxsize=1024)
+def _as_residual_pad(plan: Plan) -> Plan:
+    """A ``zero_extend`` conv plan as ``residual_pad``: what runs under autograd, where the
+    backward of the kernel grown by zero taps costs more than one padded copy."""
+    sym, residual = _residual_layout(plan.pads)
+    return dataclasses.replace(
+        plan,
+        strategy="residual_pad",
+        native_padding=sym,
         pre_pad=residual,
+        kernel_ext=_zeros(len(plan.pads)),
+        reason=_RESIDUAL + " (under autograd, in place of zero taps)",
     )
 
 

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 import padkit.functional as PF
 import padkit.nn as pnn
 from padkit import PaddingError, pool_output_size
-from padkit.plan import STRATEGIES, plan_conv, plan_pool
+from padkit.plan import STRATEGIES, _as_residual_pad, plan_conv, plan_pool
 
 torch.set_num_threads(1)
 
@@ -269,3 +269,18 @@ def test_avg_pool_counting_pads_runs_as_a_depthwise_conv_in_nchw_only() -> None:
         torch.testing.assert_close(
             with_div(x), F.avg_pool2d(xp, 3, 2, 0, False, True, 4), rtol=1e-12, atol=1e-12
         )
+
+
+@pytest.mark.parametrize("pairs", [((0, 1), (0, 1)), ((1, 2), (0, 1)), ((1, 2),)])
+def test_zero_extend_under_autograd_is_the_dense_residual_layout(pairs: tuple) -> None:
+    # what a depthwise zero_extend conv runs under autograd: the layout a dense conv with
+    # the same pads gets from the planner (symmetric part native, the rest one F.pad)
+    nd = len(pairs)
+    args = (pairs, (3,) * nd, (2,) * nd, (1,) * nd, (12,) * nd)
+    dw = plan_conv(*args, groups=8, in_channels=8)
+    dense = plan_conv(*args)
+    assert (dw.strategy, dense.strategy) == ("zero_extend", "residual_pad")
+    got = _as_residual_pad(dw)
+    assert got.strategy == "residual_pad"
+    assert (got.native_padding, got.pre_pad) == (dense.native_padding, dense.pre_pad)
+    assert got.kernel_ext == ((0, 0),) * nd and got.out_size == dw.out_size
