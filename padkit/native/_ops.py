@@ -197,6 +197,35 @@ def conv_out_shape(
 _blocks = threading.local()
 
 
+def _call_key(
+    kind: int,
+    x: Tensor,
+    w: Tensor,
+    has_bias: bool,
+    s: Sequence[int],
+    d: Sequence[int],
+    pads: Pairs,
+    groups: int,
+    training: bool,
+) -> tuple[Any, ...]:
+    """What a conv call's parameter block is built from, but the data pointers, the thread
+    count and the weight's identity (the layout follows from the strides)."""
+    return (
+        kind,
+        x.shape,
+        x.stride(),
+        x.dtype,
+        w.shape,
+        w.stride(),
+        has_bias,
+        tuple(s),
+        tuple(d),
+        tuple(pads),
+        groups,
+        training,
+    )
+
+
 def _forward_block(
     kind: int,
     x: Tensor,
@@ -213,22 +242,7 @@ def _forward_block(
     cache = getattr(_blocks, "conv", None)
     if cache is None:
         cache = _blocks.conv = {}
-    key = (
-        kind,
-        x.shape,
-        x.stride(),
-        x.dtype,
-        w.shape,
-        w.stride(),
-        has_bias,
-        tuple(s),
-        tuple(d),
-        pads,
-        groups,
-        training,
-        cl,
-        torch.get_num_threads(),
-    )
+    key = (*_call_key(kind, x, w, has_bias, s, d, pads, groups, training), torch.get_num_threads())
     hit = cache.get(key)
     if hit is None:
         shape = conv_out_shape(kind, x, w, s, d, pads, groups)
@@ -411,20 +425,7 @@ def conv_is_fast(
             training=training,
         )
     kind = 1 if transposed else 0
-    key = (
-        kind,
-        x.shape,
-        x.stride(),
-        x.dtype,
-        w.shape,
-        w.stride(),
-        b is None,
-        tuple(s),
-        tuple(d),
-        tuple(pads),
-        groups,
-        training,
-    )
+    key = _call_key(kind, x, w, b is not None, s, d, pads, groups, training)
     ok = _fast_conv.get(key)
     if ok is None:
         cl = is_channels_last(x)
