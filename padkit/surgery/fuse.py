@@ -244,12 +244,19 @@ def _inference(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
     return True
 
 
-#: (input shape, the conv's live attributes) -> its per-side pads where a buffer pays
-_PAIRS: dict[tuple[Any, ...], tuple[tuple[int, int], ...] | None] = {}
+Pairs = tuple[tuple[int, int], ...]
+#: a ``crop`` layout: native padding, outputs skipped at the start, output size
+Crop = tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]
+
+#: (input shape, the conv's live attributes) -> what :func:`_copy_facts` says
+_FACTS: dict[tuple[Any, ...], tuple[Pairs | None, Crop | None]] = {}
 
 
-def _conv_key(conv: Any, shape: torch.Size) -> tuple[Any, ...]:
-    return (
+def _copy_facts(conv: Any, shape: torch.Size) -> tuple[Pairs | None, Crop | None]:
+    """Where the conv's plan at this input size copies its input: its per-side pads (the
+    buffer's border) and the exact ``crop`` layout that avoids the copy (if any); else
+    ``(None, None)``. Cached by the conv's live attributes, so mutation is followed."""
+    key = (
         tuple(shape),
         _hashable(conv.kernel_size),
         _hashable(conv.stride),
@@ -259,27 +266,28 @@ def _conv_key(conv: Any, shape: torch.Size) -> tuple[Any, ...]:
         _hashable(conv.padding_mode),
         conv.pad_spec,
     )
+    hit = _FACTS.get(key)
+    if hit is None:
+        hit = _FACTS[key] = _facts(conv, shape)
+        if len(_FACTS) > 4096:
+            _FACTS.clear()
+    return hit
 
 
-def _buffer_pairs(conv: Any, shape: torch.Size) -> tuple[tuple[int, int], ...] | None:
-    """The conv's per-side pads at this input size, where a buffer beats its plan."""
-    key = _conv_key(conv, shape)
-    try:
-        return _PAIRS[key]
-    except KeyError:
-        pass
-    pairs: tuple[tuple[int, int], ...] | None = None
-    if len(shape) == conv._nd + 2 and conv.padding_mode == "zeros":
-        plan = conv.plan(tuple(shape))
-        if plan.strategy in _COSTLY and all(lo >= 0 and hi >= 0 for lo, hi in plan.pads):
-            pairs = plan.pads
-    if len(_PAIRS) > 4096:
-        _PAIRS.clear()
-    _PAIRS[key] = pairs
-    return pairs
+def _facts(conv: Any, shape: torch.Size) -> tuple[Pairs | None, Crop | None]:
+    if len(shape) != conv._nd + 2 or conv.padding_mode != "zeros":
+        return None, None
+    plan = conv.plan(tuple(shape))
+    if plan.strategy not in _COSTLY or any(lo < 0 or hi < 0 for lo, hi in plan.pads):
+        return None, None
+    op = conv._op()
+    found = _crop_layout(plan.pads, op.kernel, op.stride, op.dilation, tuple(shape[2:]))
+    if found is None or found[2] > _CROP_MAX_SURPLUS:
+        return plan.pads, None
+    return plan.pads, (found[0], found[1], plan.out_size)
 
 
-def _interior_run(shape: torch.Size, pairs: tuple[tuple[int, int], ...], cl: bool) -> int:
+def _interior_run(shape: torch.Size, pairs: Pairs, cl: bool) -> int:
     """Elements per contiguous run of the buffer's interior (channels-last: channels
     innermost), i.e. the row length an elementwise op writes at a time."""
     run = int(shape[1]) if cl else 1
@@ -306,7 +314,7 @@ def fused_producer(
     meta = _result_meta(args) if _inference(args, kwargs) else None
     pairs = None
     if meta is not None and meta[1].is_floating_point:
-        pairs = _buffer_pairs(conv, meta[0])
+        pairs = _copy_facts(conv, meta[0])[0]
     if pairs is None or meta is None:
         return None, _run_original(kind, target, args, kwargs)
     shape, dtype, like = meta
@@ -329,34 +337,6 @@ def fused_producer(
     return buf, view
 
 
-#: (input shape, the conv's live attributes) -> (native padding, skip, output size) of an
-#: exact ``crop`` layout where the conv's plan copies its input, else None
-_CROPS: dict[tuple[Any, ...], tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]] | None]
-_CROPS = {}
-
-
-def _crop_layout_at(
-    conv: Any, shape: torch.Size
-) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]] | None:
-    """Where the conv's plan copies its input: a symmetric padding and a view that is exact."""
-    key = _conv_key(conv, shape)
-    if key in _CROPS:
-        return _CROPS[key]
-    layout = None
-    if _buffer_pairs(conv, shape) is not None:
-        plan = conv.plan(tuple(shape))
-        op = conv._op()
-        found = _crop_layout(plan.pads, op.kernel, op.stride, op.dilation, tuple(shape[2:]))
-        if plan.strategy != "zero_extend" and found is not None:
-            native, skip, surplus = found
-            if surplus <= _CROP_MAX_SURPLUS:
-                layout = (native, skip, plan.out_size)
-    if len(_CROPS) > 4096:
-        _CROPS.clear()
-    _CROPS[key] = layout
-    return layout
-
-
 def _training(conv: Any, value: Any) -> bool:
     if not isinstance(value, Tensor) or not torch.is_grad_enabled():
         return False
@@ -373,7 +353,7 @@ def fused_conv(conv: nn.Module, buffer: Tensor | None, value: Any, crop: bool = 
     if buffer is not None:
         res: Tensor = fn(buffer, c.weight, c.bias, list(c.stride), 0, list(c.dilation), c.groups)
         return res
-    layout = _crop_layout_at(c, value.shape) if crop and _training(c, value) else None
+    layout = _copy_facts(c, value.shape)[1] if crop and _training(c, value) else None
     if layout is None:
         out: Tensor = conv(value)
         return out
@@ -480,23 +460,24 @@ def _rewrite(gm: fx.GraphModule, report: SurgeryReport) -> None:
         arg = node.args[0] if node.args else None
         meta = arg.meta.get("tensor_meta") if isinstance(arg, fx.Node) else None
         shape = getattr(meta, "shape", None)
-        if shape is None or _buffer_pairs(conv, torch.Size(shape)) is None:
+        if shape is None:
+            continue
+        shape = torch.Size(shape)
+        pairs, crop_layout = _copy_facts(conv, shape)
+        if pairs is None:
             continue  # at the example's size this conv pads without a copy
         why = _own_forward(gm, node)
         if why is not None:
             report.skipped.append(Skip(path, why))
             continue
-        crop = _elementwise_readers(gm, node) and (
-            _crop_layout_at(conv, torch.Size(shape)) is not None
-        )
+        crop = crop_layout is not None and _elementwise_readers(gm, node)
         found = _candidate(gm, node, taken)
         if not isinstance(found, str):
-            pairs = _buffer_pairs(conv, torch.Size(shape))
             is_cl = getattr(meta, "memory_format", None) in (
                 torch.channels_last,
                 torch.channels_last_3d,
             )
-            run = _interior_run(torch.Size(shape), pairs or (), is_cl)
+            run = _interior_run(shape, pairs, is_cl)
             if run < _MIN_RUN:
                 found = (
                     f"the buffer's rows would hold {run} elements at the example's size "
