@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 import torch
 import torch.nn.functional as F
+from backward_ops import backward_ops
 from torch import Tensor, fx, nn
 
 import padkit.nn as PN
@@ -152,27 +153,15 @@ def test_crop_plans_are_left_as_they_are() -> None:
     assert report.paths == [] and report.skipped == [] and fused is not net
 
 
-def _backward_ops(t: Tensor) -> set[str]:
-    seen: set[str] = set()
-    todo = [t.grad_fn]
-    while todo:
-        fn = todo.pop()
-        if fn is None or type(fn).__name__ in seen:
-            continue
-        seen.add(type(fn).__name__)
-        todo.extend(f for f, _ in fn.next_functions)
-    return seen
-
-
 def test_tcn_training_takes_crop_views_with_exact_gradients() -> None:
     model = _eval(TCN()).train()
     fused, _ = fuse_pads(model, torch.randn(1, 6, 40))
     x = torch.randn(2, 6, 41, requires_grad=True)
     out = fused(x)
-    ops = _backward_ops(out)
+    ops = backward_ops(out)
     assert "ConstantPadNdBackward0" not in ops  # no padded copy of any input
     assert ops & {"NarrowBackward0", "SliceBackward0"}  # the crop views
-    assert "ConstantPadNdBackward0" in _backward_ops(model(x))  # the plain plan copies
+    assert "ConstantPadNdBackward0" in backward_ops(model(x))  # the plain plan copies
     params = [x, *fused.parameters()]
     got = torch.autograd.grad(out.square().sum(), params)
     ref_params = [x, *model.parameters()]

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 import torch
 import torch.nn.functional as F
+from backward_ops import backward_ops
 from torch import Tensor
 from torch.autograd import gradcheck, gradgradcheck
 
@@ -287,17 +288,6 @@ def test_max_pool_gradient_never_reaches_padding(nd: int, kwargs: dict[str, obje
     torch.testing.assert_close(x.grad.flatten(2), counts, rtol=0, atol=0)
 
 
-def _grad_ops(t: Tensor) -> set[str]:
-    seen: set[str] = set()
-    todo = [t.grad_fn]
-    while todo:
-        fn = todo.pop()
-        if fn is not None and type(fn).__name__ not in seen:
-            seen.add(type(fn).__name__)
-            todo.extend(f for f, _ in fn.next_functions)
-    return seen
-
-
 @pytest.mark.parametrize(
     "make, value, crop_in_training",
     [
@@ -319,7 +309,7 @@ def test_channels_last_crop_pools_under_autograd(
     xg = x.clone().requires_grad_()
     for _ in range(2):  # the first call and the layer's fast path
         out = pool(xg)
-    ops = _grad_ops(out)
+    ops = backward_ops(out)
     assert ("ConstantPadNdBackward0" in ops) is not crop_in_training
     g = torch.randn_like(out)
     (got,) = torch.autograd.grad(out, xg, g)
