@@ -278,10 +278,10 @@ def _residual_layout(pairs: Pairs) -> tuple[tuple[int, ...], Pairs]:
     return sym, tuple((lo - m, hi - m) for (lo, hi), m in zip(pairs, sym))
 
 
-@functools.lru_cache(maxsize=1024)
 def _as_residual_pad(plan: Plan) -> Plan:
     """A ``zero_extend`` conv plan as ``residual_pad``: what runs under autograd, where the
-    backward of the kernel grown by zero taps costs more than one padded copy."""
+    backward of the kernel grown by zero taps costs more than one padded copy. (Not
+    cached: ``torch.compile`` traces this, and dynamo refuses ``lru_cache`` wrappers.)"""
     sym, residual = _residual_layout(plan.pads)
     return dataclasses.replace(
         plan,
