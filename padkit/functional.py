@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import functools
 import math
-import os
 import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -438,9 +437,30 @@ def run_conv_plan(
     one that caches it for frozen weights); by default the weight is padded on each call.
     """
     if _native is not None and plan.strategy != "native":
-        res: Tensor | None = _native.conv(plan.strategy, x, weight, bias, s, d, plan.pads, groups)
+
+        def torch_plan(x: Tensor, w: Tensor, b: Tensor | None) -> Tensor:
+            return _run_conv_torch(plan, conv, x, w, b, s, d, groups, extend)
+
+        res: Tensor | None = _native.conv(
+            plan.strategy, x, weight, bias, s, d, plan.pads, groups, torch_plan
+        )
         if res is not None:
             return res
+    return _run_conv_torch(plan, conv, x, weight, bias, s, d, groups, extend)
+
+
+def _run_conv_torch(
+    plan: Plan,
+    conv: Any,
+    x: Tensor,
+    weight: Tensor,
+    bias: Tensor | None,
+    s: tuple[int, ...],
+    d: tuple[int, ...],
+    groups: int,
+    extend: Callable[[Tensor], Tensor] | None,
+) -> Tensor:
+    """A conv plan on torch's kernels."""
     if plan.strategy == "zero_extend" and _needs_grad(x, weight, bias):
         # training: the backward of a kernel grown by zero taps (torch's depthwise kernels,
         # channels-last most of all) costs more than one padded copy of the input
@@ -831,16 +851,20 @@ def _conv_transpose_crops(
         native_p.append(p)
         native_op.append(o)
         slices.append((lo - p, max(end - p, 0)))
+
+    def torch_plan(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
+        out = _CONV_T[nd](x, weight, bias, s, tuple(native_p), tuple(native_op), groups, d)
+        for i, (a, b) in enumerate(slices):
+            if a or b:
+                out = out.narrow(out.dim() - nd + i, a, out.shape[out.dim() - nd + i] - a - b)
+        return out
+
     if _native is not None:
         ends = tuple((lo, hi - o) for (lo, hi), o in zip(crops, op))
-        res: Tensor | None = _native.conv_transpose(x, weight, bias, s, d, ends, groups)
+        res: Tensor | None = _native.conv_transpose(x, weight, bias, s, d, ends, groups, torch_plan)
         if res is not None:
             return res
-    out = _CONV_T[nd](x, weight, bias, s, tuple(native_p), tuple(native_op), groups, d)
-    for i, (a, b) in enumerate(slices):
-        if a or b:
-            out = out.narrow(out.dim() - nd + i, a, out.shape[out.dim() - nd + i] - a - b)
-    return out
+    return torch_plan(x, weight, bias)
 
 
 def conv_transpose1d(
@@ -1202,7 +1226,19 @@ def _max_pool(
         symbolic=_symbolic(sizes),
     )
     if _native is not None and not return_indices and plan.strategy != "native":
-        got: Tensor | None = _native.pool("max", plan.strategy, x, k, s, d, pairs, outs)
+        got: Tensor | None = _native.pool(
+            "max",
+            plan.strategy,
+            x,
+            k,
+            s,
+            d,
+            pairs,
+            outs,
+            lambda t: _max_pool(
+                fname, nd, t, kernel_size, stride, padding, dilation, ceil_mode, False
+            ),
+        )
         if got is not None:
             return got.squeeze(0) if unbatched else got
     if plan.strategy != "explicit":
@@ -1417,7 +1453,28 @@ def _avg_pool(
     )
     if _native is not None and divisor_override is None and plan.strategy != "native":
         kind = "avg_include" if count_include_pad else "avg_exclude"
-        got_avg: Tensor | None = _native.pool(kind, plan.strategy, x, k, s, d, pairs, outs)
+        got_avg: Tensor | None = _native.pool(
+            kind,
+            plan.strategy,
+            x,
+            k,
+            s,
+            d,
+            pairs,
+            outs,
+            lambda t: _avg_pool(
+                fname,
+                nd,
+                t,
+                kernel_size,
+                stride,
+                padding,
+                ceil_mode,
+                count_include_pad,
+                None,
+                dilation,
+            ),
+        )
         if got_avg is not None:
             return got_avg.squeeze(0) if unbatched else got_avg
     if plan.strategy != "explicit":
@@ -1448,9 +1505,35 @@ def _avg_pool(
 
 
 def channels_last(x: Tensor) -> bool:
-    """``x`` is laid out channels-last (and not also plain contiguous)."""
+    """``x`` is laid out channels-last (and not also plain contiguous).
+
+    Inside ``torch.func`` transforms (``vmap`` cannot answer ``is_contiguous`` for a memory
+    format) the layout is read from the strides, with torch's own rule.
+    """
     fmt = {4: torch.channels_last, 5: torch.channels_last_3d}.get(x.dim())
-    return fmt is not None and x.is_contiguous(memory_format=fmt) and not x.is_contiguous()
+    if fmt is None:
+        return False
+    if not _compiling() and torch._C._functorch.is_functorch_wrapped_tensor(x):
+        nd = x.dim()
+        last = (1, *range(nd - 1, 1, -1), 0)  # channels, then the spatial axes last first
+        shape, strides = tuple(x.shape), x.stride()
+        return (
+            x.numel() > 0
+            and _dense_in(last, shape, strides)
+            and not _dense_in(range(nd - 1, -1, -1), shape, strides)
+        )
+    return x.is_contiguous(memory_format=fmt) and not x.is_contiguous()
+
+
+def _dense_in(order: Sequence[int], shape: Sequence[int], strides: Sequence[int]) -> bool:
+    """The axes, innermost first in ``order``, are densely packed (size-1 axes ignored)."""
+    expected = 1
+    for axis in order:
+        if shape[axis] != 1:
+            if strides[axis] != expected:
+                return False
+            expected *= shape[axis]
+    return True
 
 
 def mean_kernel(
@@ -1692,11 +1775,3 @@ for _name in (
 ):
     torch.fx.wrap(_name)
 del _name
-
-
-# ----------------------------------------------------------------------------- native backend
-
-if os.environ.get("PADKIT_NATIVE") == "1":
-    from . import native as _native_pkg
-
-    _native_pkg.enable()
