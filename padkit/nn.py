@@ -10,6 +10,7 @@ per input shape and cached.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -117,16 +118,14 @@ class _FastCache(dict[tuple[Any, ...], "_FastFn | None"]):
         self[key] = fn
 
 
-class _Memo:
-    """Drops the fast-path memo (closures) from pickles and copies."""
-
-    def __getstate__(self) -> dict[str, Any]:
-        state = dict(self.__dict__)
-        state.pop("_padkit_fast", None)
-        return state
+# The memo of each layer lives here, keyed by the layer object, never in the layer's
+# ``__dict__``: a layer's ``__dict__`` holds only plain data, so pickling or copying it
+# (torch-pruning's ``state_dict``, ``copy.copy``, multiprocessing) never meets a closure, and a
+# copy starts with an empty memo of its own (no entry can go stale when its attributes change).
+_FAST: weakref.WeakKeyDictionary[Any, _FastCache] = weakref.WeakKeyDictionary()
 
 
-class _Live(_Memo):
+class _Live:
     """``.padding`` read and written as on the torch layer, kept as one canonical spec.
 
     The spec (``pad_spec``) is the only stored copy; what ``.padding`` shows (torch's
@@ -182,10 +181,14 @@ class _Live(_Memo):
 
 
 def _fast_cache(module: Any) -> _FastCache:
-    cache: _FastCache | None = module.__dict__.get("_padkit_fast")
-    if cache is None:
-        cache = _FastCache()
-        module.__dict__["_padkit_fast"] = cache
+    """The layer's memo (created empty on first use; a layer that cannot be weakly referenced
+    or hashed gets a fresh one per call, i.e. always takes the full path)."""
+    try:
+        cache = _FAST.get(module)
+        if cache is None:
+            cache = _FAST[module] = _FastCache()
+    except TypeError:
+        return _FastCache()
     return cache
 
 
@@ -257,7 +260,7 @@ def _scriptable(layer: Any) -> nn.Module:
         )
     base: Any = next(c for c in type(layer).__mro__ if c.__module__.startswith("torch.nn.modules"))
     plain: Any = base.__new__(base)
-    state = {k: v for k, v in layer.__dict__.items() if k not in ("pad_spec", "_padkit_fast")}
+    state = {k: v for k, v in layer.__dict__.items() if k != "pad_spec"}
     for key in ("_parameters", "_buffers", "_modules"):
         state[key] = dict(state[key])
     plain.__dict__.update(state)
@@ -966,10 +969,16 @@ def _pool_fast(layer: Any, x: Tensor, op: str) -> _FastFn | None:
         return None
     rec = layer._op()
     plan = layer.plan(tuple(x.shape), channels_last=PF.channels_last(x))
+    torch_fn = _pool_torch_fn(plan, rec)
     if PF._native is not None:  # the optional oneDNN backend (padkit.native)
-        fast: _FastFn | None = PF._native.pool_layer(layer, op, plan, x)
+        fast: _FastFn | None = PF._native.pool_layer(layer, op, plan, x, torch_fn)
         if fast is not None:
             return fast
+    return torch_fn
+
+
+def _pool_torch_fn(plan: Any, rec: Any) -> _FastFn | None:
+    """The pool's torch plan as a closure; None for ``explicit`` plans (the full path)."""
     if plan.strategy == "explicit":
         return None
     if plan.strategy == "zero_extend":  # an average pool as a depthwise conv

@@ -1,0 +1,180 @@
+"""padkit models inside the tools that handle a model from outside: copies and pickles of a
+layer's ``__dict__`` and torch-pruning's save path, per-sample gradients (opacus, torch's
+ExpandedWeights), FLOP counters (ptflops, fvcore) and ``padkit.surgery.lower``.
+
+Every reference is torch alone: the model's twin built from torch layers with explicit pads
+(``nn.ZeroPad2d`` / ``nn.ConstantPad2d`` + the unpadded torch layer, the pads written out
+from TensorFlow's documented SAME rule), or a loop over samples for per-sample gradients.
+"""
+
+from __future__ import annotations
+
+import copy
+import io
+import math
+import pickle
+from multiprocessing.reduction import ForkingPickler
+from typing import Any, cast
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import padkit.nn as pn
+
+torch.set_num_threads(1)
+
+SIZE = 16  # the test input's height and width
+
+
+def tf_same(n: int, k: int, s: int) -> tuple[int, int]:
+    """TensorFlow's SAME pads for one axis: total ``max((ceil(n/s)-1)*s + k - n, 0)``, the odd
+    pixel at the end."""
+    total = max((math.ceil(n / s) - 1) * s + k - n, 0)
+    return total // 2, total - total // 2
+
+
+def padkit_cnn() -> nn.Sequential:
+    """'same' stride 2, a depthwise 'same' stride 2 (zero-extended kernel), per-side pads
+    (a crop plan), pools with 'same' and per-side pads, then a classifier."""
+    torch.manual_seed(0)
+    return nn.Sequential(
+        pn.Conv2d(3, 8, 3, stride=2, padding="same"),
+        nn.ReLU(),
+        pn.Conv2d(8, 8, 3, stride=2, padding="same", groups=8),
+        nn.ReLU(),
+        pn.Conv2d(8, 6, (2, 4), padding=((0, 1), (1, 2))),
+        nn.Tanh(),
+        pn.MaxPool2d(3, 2, padding="same"),
+        pn.AvgPool2d(2, 1, padding=((0, 1), (1, 0))),
+        nn.Flatten(),
+        nn.Linear(6 * 2 * 2, 5),
+    )
+
+
+def torch_twin(model: nn.Sequential, size: int = SIZE) -> nn.Sequential:
+    """The same model from torch layers with explicit pads (for an input of ``size``), sharing
+    copies of the padkit model's weights."""
+    s1 = tf_same(size, 3, 2)
+    n1 = math.ceil(size / 2)
+    s2 = tf_same(n1, 3, 2)
+    n2 = math.ceil(n1 / 2)  # the per-side conv keeps the size; the max pool halves it
+    s3 = tf_same(n2, 3, 2)
+    twin = nn.Sequential(
+        nn.ZeroPad2d((*s1, *s1)),
+        nn.Conv2d(3, 8, 3, stride=2),
+        nn.ReLU(),
+        nn.ZeroPad2d((*s2, *s2)),
+        nn.Conv2d(8, 8, 3, stride=2, groups=8),
+        nn.ReLU(),
+        nn.ZeroPad2d((1, 2, 0, 1)),  # F.pad order: W (lo, hi), then H (lo, hi)
+        nn.Conv2d(8, 6, (2, 4)),
+        nn.Tanh(),
+        nn.ConstantPad2d((*s3, *s3), -math.inf),
+        nn.MaxPool2d(3, 2),
+        nn.ZeroPad2d((1, 0, 0, 1)),
+        nn.AvgPool2d(2, 1),
+        nn.Flatten(),
+        nn.Linear(6 * 2 * 2, 5),
+    )
+    convs = [m for m in model if isinstance(m, (nn.Conv2d, nn.Linear))]
+    twins = [m for m in twin if isinstance(m, (nn.Conv2d, nn.Linear))]
+    for src, dst in zip(convs, twins, strict=True):
+        dst.load_state_dict(src.state_dict())
+    return twin
+
+
+def example(n: int = 4, size: int = SIZE) -> torch.Tensor:
+    return torch.randn(n, 3, size, size, generator=torch.Generator().manual_seed(1))
+
+
+def test_the_twin_is_the_padkit_model() -> None:
+    model = padkit_cnn()
+    x = example()
+    torch.testing.assert_close(model(x), torch_twin(model)(x), rtol=0, atol=1e-6)
+
+
+# ----------------------------------------------------------------------------- __dict__
+
+
+def layers_of_every_kind() -> list[nn.Module]:
+    return [
+        *[m for m in padkit_cnn() if type(m).__module__ == "padkit.nn"],
+        pn.Conv1d(2, 2, 3, padding="causal"),
+        pn.ConvTranspose2d(3, 2, 3, stride=2, padding="same"),
+        pn.LPPool2d(2, 3, 2, padding="same"),
+    ]
+
+
+def input_for(layer: nn.Module) -> torch.Tensor:
+    if isinstance(layer, nn.Conv1d):
+        return torch.randn(1, 2, 9)
+    channels = getattr(layer, "in_channels", 3)
+    return torch.randn(1, channels, 9, 10)
+
+
+@pytest.mark.parametrize("layer", layers_of_every_kind(), ids=lambda m: type(m).__name__)
+def test_a_used_layer_dict_holds_only_plain_data(layer: nn.Module) -> None:
+    x = input_for(layer)
+    layer(x)
+    layer(x)  # the second call runs the memo
+    state = pickle.loads(pickle.dumps(layer.__dict__))
+    assert set(state) == set(layer.__dict__)
+    ForkingPickler.dumps(layer.__dict__)  # what multiprocessing sends
+    copy.deepcopy(layer.__dict__)
+    for clone in (copy.copy(layer), copy.deepcopy(layer), pickle.loads(pickle.dumps(layer))):
+        assert torch.equal(clone(x), layer(x))
+
+
+def test_a_shallow_copy_does_not_run_the_originals_stale_memo() -> None:
+    conv = pn.Conv2d(2, 2, 3, stride=2, padding="same")
+    x = torch.randn(1, 2, 9, 9)
+    conv(x)
+    conv(x)
+    twin = copy.copy(conv)
+    twin.stride = (1, 1)
+    twin.padding = ((0, 2), (2, 0))
+    ref = F.conv2d(F.pad(x, (2, 0, 0, 2)), conv.weight, conv.bias)
+    torch.testing.assert_close(twin(x), ref, rtol=0, atol=1e-6)
+    torch.testing.assert_close(twin(x), ref, rtol=0, atol=1e-6)
+    same = F.conv2d(F.pad(x, (1, 1, 1, 1)), conv.weight, conv.bias, 2)  # TF SAME at 9
+    torch.testing.assert_close(conv(x), same, rtol=0, atol=1e-6)
+    # a __dict__ copied into another layer object (torch-pruning's load path)
+    other = pn.Conv2d(2, 2, 3, padding=((0, 2), (2, 0)))
+    other(x)
+    other.__dict__.update(copy.copy(conv.__dict__))
+    torch.testing.assert_close(other(x), same, rtol=0, atol=1e-6)
+
+
+def test_torch_pruning_save_and_load_round_trip() -> None:
+    tp = pytest.importorskip("torch_pruning")
+    model = padkit_cnn().eval()
+    x = example()
+    model(x)
+    pruner = tp.pruner.MagnitudePruner(
+        model,
+        x,
+        importance=tp.importance.MagnitudeImportance(p=2),
+        pruning_ratio=0.5,
+        ignored_layers=[model[-1]],
+    )
+    pruner.step()
+    c0, c2, c4 = (cast(Any, model[i]) for i in (0, 2, 4))
+    assert c2.groups == c2.out_channels < 8  # depthwise kept depthwise
+    assert c4.pad_spec.axes == ((0, 1), (1, 2))
+    expected = model(x)
+    buf = io.BytesIO()
+    torch.save(tp.state_dict(model), buf)  # torch-pruning's documented save path
+    buf.seek(0)
+    loaded = padkit_cnn().eval()
+    loaded(x)  # a used model: its memo must not serve the loaded layers' new shapes
+    tp.load_state_dict(loaded, torch.load(buf, weights_only=False))
+    assert torch.equal(loaded(x), expected)
+    assert torch.equal(loaded(x), expected)
+    # the pruned layers are still exact: F.pad + the unpadded conv with their pruned weights
+    ref0 = F.conv2d(F.pad(x, (0, 1, 0, 1)), c0.weight, c0.bias, 2)
+    torch.testing.assert_close(c0(x), ref0, rtol=0, atol=1e-6)
+    h = torch.randn(1, c4.in_channels, 5, 6)
+    ref4 = F.conv2d(F.pad(h, (1, 2, 0, 1)), c4.weight, c4.bias)
+    torch.testing.assert_close(c4(h), ref4, rtol=0, atol=1e-6)
