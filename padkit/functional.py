@@ -18,6 +18,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch import Tensor
+from torch.overrides import has_torch_function
 
 from . import _export
 from .op import PADDING_MODES, Op
@@ -319,7 +320,7 @@ def _conv(
     padding_mode: str | Sequence[str] = "zeros",
 ) -> Tensor:
     x, unbatched = _check_input(fname, input, nd)
-    if weight.dim() != nd + 2:
+    if len(weight.shape) != nd + 2:  # shape: a method ExpandedWeights accepts
         raise PaddingError(
             f"{fname}(): weight must be {nd + 2}-D (out_channels, in_channels/groups, *kernel), "
             f"got shape {tuple(weight.shape)}"
@@ -461,9 +462,12 @@ def _run_conv_torch(
     extend: Callable[[Tensor], Tensor] | None,
 ) -> Tensor:
     """A conv plan on torch's kernels."""
-    if plan.strategy == "zero_extend" and _needs_grad(x, weight, bias):
+    if plan.strategy == "zero_extend" and (
+        _needs_grad(x, weight, bias) or has_torch_function((weight,))
+    ):
         # training: the backward of a kernel grown by zero taps (torch's depthwise kernels,
-        # channels-last most of all) costs more than one padded copy of the input
+        # channels-last most of all) costs more than one padded copy of the input; a weight
+        # with __torch_function__ (torch's ExpandedWeights) cannot be padded
         plan = _as_residual_pad(plan)
     if plan.strategy == "zero_extend":
         weight = (
@@ -488,7 +492,17 @@ def _pad_value(rec: Op) -> float | None:
 
 
 def _needs_grad(*ts: Tensor | None) -> bool:
-    return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in ts)
+    return torch.is_grad_enabled() and any(t is not None and _requires_grad(t) for t in ts)
+
+
+def _requires_grad(t: Tensor) -> bool:
+    """``t.requires_grad``, also for a weight that refuses the attribute under
+    ``__torch_function__`` (torch's ExpandedWeights, used for per-sample gradients)."""
+    try:
+        return t.requires_grad
+    except RuntimeError:
+        with torch._C.DisableTorchFunctionSubclass():
+            return bool(t.requires_grad)
 
 
 def _narrow_out(out: Tensor, plan: Plan) -> Tensor:
@@ -714,7 +728,7 @@ def _conv_transpose(
     output_size: Sequence[int] | None = None,
 ) -> Tensor:
     x, unbatched = _check_input(fname, input, nd)
-    if weight.dim() != nd + 2:
+    if len(weight.shape) != nd + 2:  # shape: a method ExpandedWeights accepts
         raise PaddingError(
             f"{fname}(): weight must be {nd + 2}-D (in_channels, out_channels/groups, *kernel), "
             f"got shape {tuple(weight.shape)}"

@@ -356,8 +356,11 @@ def test_verify_catches_branches_that_emit_at_different_times() -> None:
         def forward(self, x: Tensor) -> Tensor:
             return self.main(x) + self.skip(x)
 
-    sm = StreamingModule(Misaligned())
     x = torch.randn(1, 1, 12)
+    # the self-check before the first step names the module whose forward adds them
+    with pytest.raises(PaddingError, match="Misaligned '<model>' fails on a streamed chunk"):
+        StreamingModule(Misaligned()).step(x, {})
+    sm = StreamingModule(Misaligned(), check=False)
     assert sm.verify(x, [12]) <= 1e-6
     with pytest.raises(PaddingError, match="verify"):
         sm.verify(x, [1] * 12)
@@ -398,7 +401,8 @@ REFUSED: list[tuple[str, Callable[[], nn.Module], str]] = [
     ("group norm", lambda: nn.Sequential(nn.GroupNorm(1, 1)), "GroupNorm '0'"),
     ("global pool", lambda: nn.Sequential(nn.AdaptiveAvgPool1d(1)), "AdaptiveAvgPool1d '0'"),
     ("transposed", lambda: nn.Sequential(nn.ConvTranspose1d(1, 1, 2)), "ConvTranspose1d"),
-    ("lstm", lambda: nn.Sequential(nn.LSTM(1, 1)), "LSTM '0'"),
+    ("lstm", lambda: nn.Sequential(nn.LSTM(1, 1, bidirectional=True)), "LSTM '0'.*bidirectional"),
+    ("lstm-cell", lambda: nn.Sequential(nn.LSTMCell(1, 1)), "LSTMCell '0'"),
     ("flatten", lambda: nn.Sequential(nn.Flatten()), "Flatten '0'"),
     ("pad module", lambda: nn.Sequential(nn.ConstantPad1d((2, 0), 0.0)), "ConstantPad1d"),
     ("unknown leaf", lambda: nn.Sequential(nn.ReLU(), Custom()), r"Custom '1'.*allow="),
@@ -1017,3 +1021,91 @@ def test_dilated_chunks_through_the_taps_matmul_and_gradients() -> None:
     model.zero_grad()
     model(x).square().sum().backward()
     torch.testing.assert_close(streamed_grad, model[0].weight.grad, rtol=1e-4, atol=1e-5)
+
+
+# ----------------------------------------------------------------------------- recurrent layers
+
+
+class Recurrent(nn.Module):
+    """A causal conv, a 2-layer LSTM (time-major or batch-first) and a GRU, (N, C, T) in/out."""
+
+    def __init__(self, batch_first: bool) -> None:
+        super().__init__()
+        self.batch_first = batch_first
+        self.conv = pn.Conv1d(3, 4, 3, padding="causal")
+        self.lstm = nn.LSTM(4, 5, 2, batch_first=batch_first)
+        self.gru = nn.GRU(5, 6, batch_first=not batch_first)
+
+    def forward(self, x: Tensor) -> Tensor:
+        h = self.conv(x)
+        h = h.transpose(1, 2) if self.batch_first else h.permute(2, 0, 1)
+        y = self.lstm(h)[0]
+        y = y.transpose(0, 1)  # the GRU takes the other layout
+        y = self.gru(y)[0]
+        return y.permute(1, 2, 0) if self.batch_first else y.transpose(1, 2)
+
+
+@pytest.mark.parametrize("batch_first", [False, True])
+def test_recurrent_layers_stream_with_their_hidden_state(batch_first: bool) -> None:
+    torch.manual_seed(11)
+    model = Recurrent(batch_first).eval()
+    sm = StreamingModule(model)
+    x = torch.randn(3, 3, 29)
+    with torch.no_grad():
+        full = model(x)
+    for sizes in ([1] * 29, [7, 1, 13, 8], [29]):
+        state = sm.init_state(3)
+        assert sorted(k for k in state if not k.startswith("conv")) == ["gru.h", "lstm.c", "lstm.h"]
+        outs = []
+        for chunk in x.split(sizes, -1):
+            y, state = sm.step(chunk, state)
+            outs.append(y)
+        torch.testing.assert_close(torch.cat(outs, -1), full, rtol=1e-5, atol=1e-6)
+    # save/load mid-stream, then per-row reset: row 1 equals that stream run alone
+    a, state = sm.step(x[..., :10], sm.init_state(3))
+    buf = io.BytesIO()
+    torch.save(state, buf)
+    buf.seek(0)
+    state = torch.load(buf, weights_only=True)
+    state = sm.reset_rows(state, [1])
+    b, _ = sm.step(x[..., 10:], state)
+    torch.testing.assert_close(torch.cat([a, b], -1)[[0, 2]], full[[0, 2]], rtol=1e-5, atol=1e-6)
+    with torch.no_grad():
+        alone = model(x[1:2, :, 10:])
+    torch.testing.assert_close(b[1:2], alone, rtol=1e-5, atol=1e-6)
+
+
+def test_recurrent_step_exports_to_onnx_with_a_dynamic_batch(tmp_path: object) -> None:
+    import onnxruntime as ort
+
+    torch.manual_seed(12)
+    model = Recurrent(batch_first=True).eval()
+    sm = StreamingModule(model)
+    path = str(tmp_path) + "/rnn.onnx"  # type: ignore[operator]
+    names = sm.export_onnx(path, torch.zeros(2, 3, 4))
+    sess = ort.InferenceSession(path)
+    x = torch.randn(3, 3, 16)
+    state = sm.init_state(3)
+    values = [state[k].numpy() for k in names]
+    outs = []
+    for chunk in x.split(4, -1):
+        feed = {"chunk": chunk.numpy(), **{f"state_in.{k}": v for k, v in zip(names, values)}}
+        out, *values = sess.run(None, feed)
+        outs.append(torch.from_numpy(out))
+    with torch.no_grad():
+        torch.testing.assert_close(torch.cat(outs, -1), model(x), rtol=1e-4, atol=1e-5)
+
+
+def test_recurrent_layer_called_with_its_own_state_is_refused() -> None:
+    class OwnState(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.gru = nn.GRU(2, 2)
+
+        def forward(self, x: Tensor) -> Tensor:
+            h0 = torch.zeros(1, x.shape[0], 2)
+            return self.gru(x.permute(2, 0, 1), h0)[0].permute(1, 2, 0)
+
+    sm = StreamingModule(OwnState(), check=False)
+    with pytest.raises(PaddingError, match="GRU 'gru' was called with its own initial state"):
+        sm.step(torch.randn(1, 2, 3), sm.init_state(1))

@@ -178,3 +178,105 @@ def test_torch_pruning_save_and_load_round_trip() -> None:
     h = torch.randn(1, c4.in_channels, 5, 6)
     ref4 = F.conv2d(F.pad(h, (1, 2, 0, 1)), c4.weight, c4.bias)
     torch.testing.assert_close(c4(h), ref4, rtol=0, atol=1e-6)
+
+
+# ----------------------------------------------------------------------------- per-sample grads
+
+# torch warns when a module's full backward hook (opacus's) fires for an input that does not
+# require grad (the model's first layer); opacus warns that its default RNG is not secure
+HOOK_WARNING = "ignore:Full backward hook is firing:UserWarning"
+RNG_WARNING = "ignore:Secure RNG turned off:UserWarning"
+LABELS = torch.tensor([0, 1, 2, 3])
+
+
+def loop_grads(model: nn.Module, x: torch.Tensor) -> list[torch.Tensor]:
+    """Per-sample gradients of the summed cross entropy, one backward per sample."""
+    per_sample = []
+    for i in range(len(x)):
+        model.zero_grad()
+        loss = F.cross_entropy(model(x[i : i + 1]), LABELS[i : i + 1], reduction="sum")
+        loss.backward()  # type: ignore[no-untyped-call]
+        per_sample.append([p.grad.clone() for p in model.parameters() if p.grad is not None])
+    return [torch.stack(g) for g in zip(*per_sample, strict=True)]
+
+
+def assert_all_close(got: list[torch.Tensor], want: list[torch.Tensor]) -> None:
+    assert len(got) == len(want)
+    for g, w in zip(got, want, strict=True):
+        torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-6)
+
+
+def test_expanded_weights_per_sample_grads_of_each_layer() -> None:
+    from torch.nn.utils._per_sample_grad import call_for_per_sample_grads
+
+    x = torch.randn(2, 4, 9, 8)
+    for kw in (
+        {"padding": 1},
+        {"padding": "same", "stride": 2},
+        {"padding": "same", "stride": 2, "groups": 4},  # zero_extend plan
+        {"padding": ((0, 1), (1, 2))},  # crop plan
+    ):
+        conv = pn.Conv2d(4, 4, 3, **kw)
+        call_for_per_sample_grads(conv)(x).sum().backward()  # type: ignore[no-untyped-call]
+        want = []
+        for i in range(len(x)):
+            conv.zero_grad()
+            conv(x[i : i + 1]).sum().backward()
+            want.append(conv.weight.grad.clone())  # type: ignore[union-attr]
+        got: Any = conv.weight
+        torch.testing.assert_close(got.grad_sample, torch.stack(want), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.filterwarnings(HOOK_WARNING)
+@pytest.mark.parametrize("mode", ["hooks", "functorch", "ew"])
+def test_opacus_per_sample_grads_equal_a_loop(mode: str) -> None:
+    grad_sample = pytest.importorskip("opacus.grad_sample")
+    x = example()
+    want = loop_grads(padkit_cnn(), x)
+    model = padkit_cnn()
+    if mode == "ew":
+        wrapped = grad_sample.GradSampleModuleExpandedWeights(model, loss_reduction="sum")
+    else:
+        wrapped = grad_sample.GradSampleModule(
+            model, loss_reduction="sum", force_functorch=mode == "functorch"
+        )
+    F.cross_entropy(wrapped(x), LABELS, reduction="sum").backward()  # type: ignore[no-untyped-call]
+    assert_all_close([cast(Any, p).grad_sample for p in model.parameters()], want)
+
+
+@pytest.mark.filterwarnings(HOOK_WARNING, RNG_WARNING)
+@pytest.mark.parametrize("mode", ["hooks", "functorch", "ew", "ghost"])
+def test_opacus_make_private_clips_exactly(mode: str) -> None:
+    """``make_private`` without noise: the step's gradient is the mean of the per-sample
+    gradients, each clipped to ``max_grad_norm`` (ghost clipping computes the norms without
+    the per-sample gradients)."""
+    opacus = pytest.importorskip("opacus")
+    x = example()
+    per_sample = loop_grads(padkit_cnn(), x)
+    norms = torch.stack([g.flatten(1).norm(dim=1) for g in per_sample]).norm(dim=0)
+    clip = 0.5
+    assert bool((norms > clip).all())  # every sample is clipped
+    scale = (clip / (norms + 1e-6)).clamp(max=1.0)  # opacus's clipping factor
+    want = [(g * scale.view(-1, *[1] * (g.dim() - 1))).mean(0) for g in per_sample]
+    model = padkit_cnn()
+    loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, LABELS), batch_size=4)
+    criterion: Any = nn.CrossEntropyLoss()
+    extra = {"criterion": criterion} if mode == "ghost" else {}
+    private = opacus.PrivacyEngine().make_private(
+        module=model,
+        optimizer=torch.optim.SGD(model.parameters(), lr=0.0),
+        data_loader=loader,
+        noise_multiplier=0.0,
+        max_grad_norm=clip,
+        poisson_sampling=False,
+        grad_sample_mode=mode,
+        **extra,
+    )
+    wrapped, optimizer, loader = private[0], private[1], private[-1]
+    if mode == "ghost":
+        criterion = private[2]
+    for xb, yb in loader:
+        optimizer.zero_grad()
+        criterion(wrapped(xb), yb).backward()
+        optimizer.step()
+    assert_all_close([cast(Any, p).grad for p in model.parameters()], want)

@@ -71,6 +71,14 @@ from ..spec import (
     conv_transpose_output_size,
     pool_output_size,
 )
+from ._check import probe_stream
+from ._recurrent import (
+    RECURRENT,
+    RecurrentPlan,
+    RecurrentStandIn,
+    plan_recurrent,
+    run_recurrent,
+)
 from .convert import _KeywordTolerant
 
 __all__ = ["StreamingModule"]
@@ -193,7 +201,11 @@ _REFUSED: tuple[tuple[tuple[type[nn.Module], ...], str], ...] = (
         (nn.Upsample, nn.PixelShuffle, nn.PixelUnshuffle, nn.Fold, nn.Unfold),
         "it resamples or regroups the spatial axes, time included",
     ),
-    ((nn.RNNBase, nn.RNNCellBase), "recurrent layers keep a hidden state padkit does not thread"),
+    (
+        (nn.RNNBase, nn.RNNCellBase),
+        "only nn.LSTM, nn.GRU and nn.RNN layers stream (a cell called step by step in Python, "
+        "or another recurrent class, keeps a hidden state padkit does not thread)",
+    ),
     (
         (
             nn.MultiheadAttention,
@@ -633,6 +645,7 @@ class StreamingModule(nn.Module):
         layer_axis: int | None = None,
         lookahead: int | str | None = None,
         allow: Sequence[type[nn.Module] | str] = (),
+        check: bool = True,
     ) -> None:
         super().__init__()
         if (
@@ -677,11 +690,15 @@ class StreamingModule(nn.Module):
         self._allow_types = tuple(a for a in allow if not isinstance(a, str))
         self._allow_names = frozenset(a for a in allow if isinstance(a, str))
         self._plans: dict[str, _Plan] = {}
-        self._stand_ins: dict[int, _StreamLayer] = {}  # by id(layer), while scanning only
+        self._rnn_plans: dict[str, RecurrentPlan] = {}
+        self._stand_ins: dict[int, nn.Module] = {}  # by id(layer), while scanning only
         # (parent, attribute, layer, stand-in) for every place a streamed layer is registered
-        self._slots: list[tuple[nn.Module, str, nn.Module, _StreamLayer]] = []
+        self._slots: list[tuple[nn.Module, str, nn.Module, nn.Module]] = []
+        self._check = bool(check)
+        self._checked: set[tuple[Any, ...]] = set()
+        self._probing = False
         self._batch_norms: list[tuple[str, nn.Module]] = []
-        self._root_stand_in: _StreamLayer | None = None
+        self._root_stand_in: nn.Module | None = None
         self._ctx: _Context | None = None
         self._lock = threading.RLock()
         self._state: StreamState | None = None
@@ -690,6 +707,12 @@ class StreamingModule(nn.Module):
         self._lookahead_mode = lookahead is not None
         self._scan(model, "", set())
         self._stand_ins.clear()
+        if lookahead is not None and self._rnn_plans:
+            raise PaddingError(
+                f"StreamingModule(lookahead=...): {sorted(self._rnn_plans)} are recurrent; "
+                "lookahead streaming recomputes the uncommitted samples on every step, which a "
+                "recurrent layer's state cannot do. Stream the model without lookahead"
+            )
         need = sum(p.hi for p in self._plans.values() if p.kind != "convt")
         self._delay: int = 0
         if lookahead is not None:
@@ -718,6 +741,14 @@ class StreamingModule(nn.Module):
             return
         seen.add(id(module))
         if name in self._allow_names:
+            return
+        if isinstance(module, RECURRENT) and not isinstance(module, nn.RNNCellBase):
+            rplan = plan_recurrent(label, module)
+            self._rnn_plans[label] = rplan
+            rstand = RecurrentStandIn(self, rplan, module)
+            self._stand_ins[id(module)] = rstand
+            if not name:
+                object.__setattr__(self, "_root_stand_in", rstand)
             return
         for types, why in _REFUSED:
             if isinstance(module, types):
@@ -855,12 +886,41 @@ class StreamingModule(nn.Module):
                 )
             channels: Any = layer.in_channels
             state.update(self._fresh(plan, (n, int(channels), plan.history), dt, dev, shared))
+        for rplan in self._rnn_plans.values():
+            state.update(rplan.fresh(n, dt, dev))
         return state
 
     def _layer(self, plan: _Plan) -> nn.Module:
-        if plan.name == "<model>":
+        return self._layer_by_name(plan.name)
+
+    def _layer_by_name(self, name: str) -> nn.Module:
+        if name == "<model>":
             return self.model
-        return self.model.get_submodule(plan.name)
+        return self.model.get_submodule(name)
+
+    def _self_check(self, chunk: Tensor) -> None:
+        """Before the first step for an input shape: probe the whole model against its plan
+        (see ``padkit.streaming._check``); raises naming a module that streams wrongly."""
+        if not self._check or self._probing or self._lookahead_mode:
+            return
+        if not chunk.is_floating_point():
+            return
+        dim = self.axis if self.axis >= 0 else chunk.dim() + self.axis
+        key = (
+            tuple(int(v) for i, v in enumerate(chunk.shape) if i not in (0, dim)),
+            chunk.dtype,
+            str(chunk.device),
+            self.model.training,
+        )
+        if key in self._checked:
+            return
+        with self._lock:
+            self._probing = True
+            try:
+                probe_stream(self, chunk)
+            finally:
+                self._probing = False
+            self._checked.add(key)
 
     @staticmethod
     def _fresh(
@@ -942,6 +1002,19 @@ class StreamingModule(nn.Module):
                 p[idx.to(pos.device)] = 0
                 counts[id(pos)] = p
             new[plan.key_buf], new[plan.key_pos] = b, p
+        for rplan in self._rnn_plans.values():
+            for key in rplan.state_keys():
+                value = state.get(key)
+                if value is None:
+                    continue
+                n = int(value.shape[0])
+                if idx.numel() and (int(idx.min()) < -n or int(idx.max()) >= n):
+                    raise PaddingError(
+                        f"reset_rows(): rows={rows!r} out of range for a batch of {n} streams"
+                    )
+                v = value.clone()
+                v[idx.to(v.device)] = 0.0
+                new[key] = v
         return new
 
     # ------------------------------------------------------------------ stepping
@@ -982,6 +1055,7 @@ class StreamingModule(nn.Module):
             )
         if self._lookahead_mode:
             return self._step_lookahead(chunk, state, final=False, lazy=False)
+        self._self_check(chunk)
         ctx = _Context(state_in=state)
         out = self._run(chunk, ctx)
         new_state = dict(state)
@@ -1050,6 +1124,7 @@ class StreamingModule(nn.Module):
                 chunk, self._state or {}, final=False, lazy=True
             )
             return out
+        self._self_check(chunk)
         ctx = _Context(state_in=self._state if self._state is not None else {}, lazy=True)
         out = self._run(chunk, ctx)
         new_state = dict(ctx.created)
@@ -1085,6 +1160,20 @@ class StreamingModule(nn.Module):
                     return self.model(chunk)
             finally:
                 self._ctx = None
+
+    def _run_recurrent(self, plan: RecurrentPlan, layer: nn.Module, x: Any, hx: Any) -> Any:
+        ctx = self._ctx
+        if ctx is None:  # pragma: no cover - stand-ins exist only inside a step
+            raise RuntimeError("padkit streaming stand-in called outside a step")
+        if plan.name in ctx.called:
+            raise PaddingError(
+                f"StreamingModule: {type(layer).__name__} {plan.name!r} ran twice in one step; "
+                "a layer applied to two signals needs one state per use (use two layers)"
+            )
+        ctx.called.add(plan.name)
+        created = ctx.created if ctx.lazy else None
+        unroll = ctx.static_pos is not None  # export: the fused op would fix the batch size
+        return run_recurrent(plan, layer, x, hx, ctx.state_in, ctx.state_out, created, unroll)
 
     def _advance(self, ctx: _Context, pos: Tensor, length: int) -> Tensor:
         if ctx.static_pos is not None:  # export: the length may be symbolic
@@ -1497,6 +1586,7 @@ class StreamingModule(nn.Module):
                 "step_module(): a lookahead stream's step is not exported (the held input "
                 "grows during the first steps); export a causal model"
             )
+        self._self_check(example)
         if state is None:
             state = self.init_state(example=example)
         ctx = _Context(state_in=state, record={})

@@ -1,0 +1,185 @@
+"""The stream's self-check: a probe of the whole model against its plan, before the first step.
+
+A model may pad or slice the time axis in tensor code the runner does not see (a wrapper
+module calling ``F.pad`` before its conv child, ``x[..., :-p]`` after a transposed conv):
+that code runs on every chunk as written, and the stream would return a wrong length, wrong
+values or a raw torch error. Before the first step for an input shape,
+:func:`probe_stream` runs the model once on a random sequence of a few total strides, and
+streams the same sequence in chunks of 1, 7 and the rest, recording every module's output
+on both runs (forward hooks on the model's modules, removed afterwards). The first module
+(in the order they return) whose streamed outputs, concatenated on their time axis, do not
+give its full-sequence output, or that raises while streaming, is named in a
+:class:`padkit.PaddingError`.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from ..spec import PaddingError
+
+__all__ = ["probe_stream"]
+
+_HINT = (
+    "Its forward runs as written on every chunk: padding or slicing the time axis there "
+    "(F.pad, x[..., :-p]) is repeated per chunk, and branches it adds must emit their samples "
+    "at the same times. For pads and crops, convert the model first: "
+    "padkit.streaming.convert_causal(model, example) moves such pads and crops into padkit "
+    "layers; StreamingModule(..., check=False) skips this check"
+)
+
+
+class _Recorder:
+    """Forward hooks on every module of a model: each call's output, and the call stack."""
+
+    def __init__(self, model: nn.Module, skip: set[int]) -> None:
+        self.names: dict[int, str] = {}
+        self.modules: dict[int, nn.Module] = {}
+        for name, m in model.named_modules():
+            if id(m) not in skip:
+                self.names[id(m)] = name or "<model>"
+                self.modules[id(m)] = m
+        self.outputs: dict[int, list[Any]] = {}
+        self.order: list[int] = []
+        self.stack: list[int] = []
+        self.handles: list[Any] = []
+        self.on = False
+
+    def __enter__(self) -> _Recorder:
+        for key, m in self.modules.items():
+            self.handles.append(m.register_forward_pre_hook(self._pre(key)))
+            self.handles.append(m.register_forward_hook(self._post(key)))
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        for h in self.handles:
+            h.remove()
+        self.handles.clear()
+
+    def _pre(self, key: int) -> Any:
+        def hook(mod: nn.Module, args: Any) -> None:
+            if self.on:
+                self.stack.append(key)
+
+        return hook
+
+    def _post(self, key: int) -> Any:
+        def hook(mod: nn.Module, args: Any, out: Any) -> None:
+            if not self.on:
+                return
+            if self.stack and self.stack[-1] == key:
+                self.stack.pop()
+            if key not in self.outputs:
+                self.order.append(key)
+            value = out.detach() if isinstance(out, Tensor) else None
+            self.outputs.setdefault(key, []).append(value)
+
+        return hook
+
+
+def _time_axis(full: Tensor, parts: list[Tensor]) -> tuple[int | None, list[int]]:
+    """The axis along which ``parts`` should concatenate to ``full``: the candidates are the
+    axes on which only the parts' sizes may differ from ``full``'s."""
+    cands = [
+        a
+        for a in range(full.dim())
+        if all(
+            p.dim() == full.dim()
+            and all(p.shape[b] == full.shape[b] for b in range(full.dim()) if b != a)
+            for p in parts
+        )
+    ]
+    for a in cands:
+        if sum(int(p.shape[a]) for p in parts) == int(full.shape[a]):
+            return a, cands
+    return None, cands
+
+
+def probe_stream(stream: Any, chunk: Tensor) -> None:
+    """Stream a random sequence shaped like ``chunk`` through ``stream`` and compare every
+    module with the full-sequence run; raise :class:`PaddingError` naming the first module
+    that streams wrongly."""
+    model: nn.Module = stream.model
+    axis = stream.axis if stream.axis >= 0 else chunk.dim() + stream.axis
+    hop = 1
+    for plan in stream._plans.values():
+        if plan.kind != "convt":
+            hop *= max(int(plan.stride), 1)
+    hop = min(hop, 1 << 14)
+    n = hop * max(3, math.ceil(24 / hop))
+    sizes = [1, 7, n - 8] if n > 8 else [1, n - 1]
+    shape = list(chunk.shape)
+    shape[0] = 1
+    shape[axis] = n
+    gen = torch.Generator(device="cpu").manual_seed(1234)
+    x = torch.randn(shape, generator=gen, dtype=torch.float64).to(chunk.dtype).to(chunk.device)
+    skip = {id(stream._layer_by_name(name)) for name in [*stream._plans, *stream._rnn_plans]}
+    rec = _Recorder(model, skip)
+    with torch.no_grad(), rec:
+        rec.on = True
+        try:
+            full = model(x)
+        except Exception:  # the full run fails too: the model's own problem, not streaming's
+            return
+        full_out = rec.outputs
+        full_order = rec.order
+        rec.outputs, rec.order, rec.stack = {}, [], []
+        rec.on = False
+        state = stream.init_state(example=x.narrow(axis, 0, 1))
+        rec.on = True
+        steps = 0
+        for part in torch.split(x, sizes, dim=axis):
+            rec.stack = []
+            try:
+                _, state = stream.step(part, state)
+            except PaddingError:
+                raise
+            except Exception as err:  # a raw torch error inside some module's own code
+                where = rec.stack[-1] if rec.stack else None
+                label = (
+                    f"{type(rec.modules[where]).__name__} {rec.names[where]!r}"
+                    if where is not None
+                    else "the model's forward"
+                )
+                raise PaddingError(
+                    f"StreamingModule: {label} fails on a streamed chunk of {part.shape[axis]} "
+                    f"sample(s) ({type(err).__name__}: {str(err).splitlines()[0]}) although the "
+                    f"full sequence runs. {_HINT}"
+                ) from None
+            steps += 1
+    del full
+    for key in full_order:
+        fulls = full_out[key]
+        parts = rec.outputs.get(key, [])
+        if len(fulls) != 1 or len(parts) != steps or fulls[0] is None:
+            continue  # called several times per run, or returns no single tensor
+        if any(p is None for p in parts):
+            continue
+        f = fulls[0]
+        label = f"{type(rec.modules[key]).__name__} {rec.names[key]!r}"
+        a, cands = _time_axis(f, parts)
+        if a is None:
+            if len(cands) == 1:
+                got = sum(int(p.shape[cands[0]]) for p in parts)
+                raise PaddingError(
+                    f"StreamingModule: {label} returned {got} time steps in all over a probe "
+                    f"of {n} samples streamed in chunks {sizes}, where the full-sequence run "
+                    f"returns {int(f.shape[cands[0]])}. {_HINT}"
+                )
+            continue
+        if not f.is_floating_point():
+            continue
+        streamed = torch.cat(parts, dim=a)
+        scale = float(f.abs().max()) if f.numel() else 0.0
+        diff = float((streamed - f).abs().max()) if f.numel() else 0.0
+        if not diff <= 1e-4 * (1.0 + scale):
+            raise PaddingError(
+                f"StreamingModule: {label} returns the full run's number of time steps when "
+                f"streamed (a probe of {n} samples in chunks {sizes}) but values that differ "
+                f"by {diff:.3g}: its forward computes over time in code the streamer does not "
+                "see, or branches it adds emit their samples at different times. " + _HINT
+            )
