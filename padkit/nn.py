@@ -19,6 +19,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from . import functional as PF
+from . import quantization as _quantization
 from .op import Op
 from .plan import Plan, plan_conv, plan_pool
 from .spec import Padding, PaddingError, PaddingLike, _as_int, _tuple_of
@@ -1509,62 +1510,11 @@ class LPPool3d(_LPPoolMixin, nn.LPPool3d):
         _lp_init(self, nn.LPPool3d, 3, norm_type, kernel_size, stride, ceil_mode, padding, dilation)
 
 
-# ----------------------------------------------------------------------------- torch.ao fusion
+# ----------------------------------------------------------------------------- quantization
 
-
-def _fuse_conv_bn(is_qat: bool, conv: Any, bn: Any) -> nn.Module:
-    if is_qat or conv.training or bn.training:
-        raise NotImplementedError(
-            f"padkit.nn.{type(conv).__name__}: torch.ao's quantization-aware fused modules take "
-            "only torch's own conv classes; fuse padkit layers in eval mode (model.eval()), "
-            "which folds the BatchNorm into the padkit layer's weights"
-        )
-    transpose = isinstance(conv, _ConvTransposeMixin)
-    fused: nn.Module = nn.utils.fusion.fuse_conv_bn_eval(conv, bn, transpose=transpose)
-    return fused
-
-
-def _fuse_conv_bn_act(is_qat: bool, conv: Any, bn: Any, act: nn.Module) -> nn.Module:
-    return nn.Sequential(_fuse_conv_bn(is_qat, conv, bn), act)
-
-
-def _fuse_conv_act(is_qat: bool, conv: Any, act: nn.Module) -> nn.Module:
-    return nn.Sequential(conv, act)
-
-
-def _register_fusers() -> None:
-    """``torch.ao.quantization.fuse_modules`` looks its fusers up by exact class, and its own
-    fusers build torch.ao modules that accept only torch's conv classes. Register fusers for
-    padkit's convs: BatchNorm is folded into a copy of the padkit layer (``fuse_conv_bn_eval``),
-    so the fused module pads exactly as before; an activation stays after it."""
-    try:
-        from torch.ao.quantization import fuser_method_mappings
-    except ImportError:  # pragma: no cover - torch builds without torch.ao
-        return
-    table = getattr(fuser_method_mappings, "_DEFAULT_OP_LIST_TO_FUSER_METHOD", None)
-    if not isinstance(table, dict):  # pragma: no cover - a torch that reorganised it
-        return
-    ours: dict[type, type] = {
-        nn.Conv1d: Conv1d,
-        nn.Conv2d: Conv2d,
-        nn.Conv3d: Conv3d,
-        nn.ConvTranspose1d: ConvTranspose1d,
-        nn.ConvTranspose2d: ConvTranspose2d,
-        nn.ConvTranspose3d: ConvTranspose3d,
-    }
-    bns = (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d)
-    for key in list(table):
-        if not (isinstance(key, tuple) and key and key[0] in ours):
-            continue
-        if len(key) == 3 and key[1] in bns:
-            fuser: Callable[..., nn.Module] = _fuse_conv_bn_act
-        elif len(key) == 2 and key[1] in bns:
-            fuser = _fuse_conv_bn
-        elif len(key) == 2:
-            fuser = _fuse_conv_act
-        else:  # pragma: no cover - a pattern torch may add later
-            continue
-        table.setdefault((ours[key[0]], *key[1:]), fuser)
-
-
-_register_fusers()
+# fuse_modules, prepare, prepare_qat and convert find modules by exact class: padkit's convs
+# go into their tables with fused, QAT and quantized modules that keep padkit's padding
+_quantization.register_layers(
+    {1: Conv1d, 2: Conv2d, 3: Conv3d},
+    {1: ConvTranspose1d, 2: ConvTranspose2d, 3: ConvTranspose3d},
+)

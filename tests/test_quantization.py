@@ -1,0 +1,259 @@
+"""Quantization of models with padkit convs, each against its quantized reference twin.
+
+The twin is the same model built from torch's layers, each padkit conv replaced by an
+explicit ``F.pad`` and the unpadded torch conv, with the same weights, qconfig, observers
+and calibration data. A quantized padkit model must equal its quantized twin within one
+quantization step of the output, at an even and an odd input size.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+from torch.ao import quantization as tq
+from torch.ao.quantization import DeQuantStub, QuantStub
+
+import padkit.nn as pn
+import padkit.quantization as pq
+
+# torch.ao's functions carry no annotations
+convert: Callable[..., Any] = tq.convert
+fuse_modules: Callable[..., Any] = tq.fuse_modules
+fuse_modules_qat: Callable[..., Any] = tq.fuse_modules_qat
+get_default_qat_qconfig: Callable[..., Any] = tq.get_default_qat_qconfig
+get_default_qconfig: Callable[..., Any] = tq.get_default_qconfig
+prepare: Callable[..., Any] = tq.prepare
+prepare_qat: Callable[..., Any] = tq.prepare_qat
+
+# torch.ao's eager API, its observers and quantized tensors warn about their deprecation
+pytestmark = [
+    pytest.mark.filterwarnings("ignore:torch.ao.quantization is deprecated:DeprecationWarning"),
+    pytest.mark.filterwarnings("ignore:Please use quant_min and quant_max:UserWarning"),
+    pytest.mark.filterwarnings("ignore:torch.quantize_per_tensor:UserWarning"),
+]
+
+
+def same_pads(n: int, k: int, s: int) -> tuple[int, int]:
+    """TF SAME pads of one axis, written out independently of padkit."""
+    out = -(-n // s)
+    total = max((out - 1) * s + k - n, 0)
+    return total // 2, total - total // 2
+
+
+class Pad(nn.Module):
+    """``F.pad`` with fixed (lo, hi) pairs per spatial axis, or TF SAME for (k, s)."""
+
+    def __init__(
+        self, pairs: tuple[tuple[int, int], ...] | None, same: tuple[int, int] | None = None
+    ) -> None:
+        super().__init__()
+        self.pairs, self.same = pairs, same
+
+    def forward(self, x: Tensor) -> Tensor:
+        if self.same is not None:
+            k, s = self.same
+            pairs = tuple(same_pads(int(n), k, s) for n in x.shape[2:])
+        else:
+            assert self.pairs is not None
+            pairs = self.pairs
+        flat = [p for pair in reversed(pairs) for p in pair]
+        return F.pad(x, flat)
+
+
+def models(stubs: bool) -> tuple[nn.Sequential, nn.Sequential]:
+    """A padkit CNN ('same' stride 2 + BN + ReLU, depthwise per-side + BN + ReLU, a per-side
+    conv alone) and its twin with the same weights and BatchNorm statistics."""
+    torch.manual_seed(0)
+    body = [
+        pn.Conv2d(3, 8, 3, stride=2, padding="same"),
+        nn.BatchNorm2d(8),
+        nn.ReLU(),
+        pn.Conv2d(8, 8, 3, groups=8, padding=((0, 1), (2, 1))),
+        nn.BatchNorm2d(8),
+        nn.ReLU(),
+        pn.Conv2d(8, 4, (2, 3), padding=((1, 0), (1, 1))),
+    ]
+    twin = [
+        nn.Sequential(Pad(None, (3, 2)), nn.Conv2d(3, 8, 3, stride=2)),
+        nn.BatchNorm2d(8),
+        nn.ReLU(),
+        nn.Sequential(Pad(((0, 1), (2, 1))), nn.Conv2d(8, 8, 3, groups=8)),
+        nn.BatchNorm2d(8),
+        nn.ReLU(),
+        nn.Sequential(Pad(((1, 0), (1, 1))), nn.Conv2d(8, 4, (2, 3))),
+    ]
+    for layer, ref in zip(body, twin):
+        if isinstance(layer, nn.BatchNorm2d):
+            stats: Any = layer
+            stats.running_mean.uniform_(-0.5, 0.5)
+            stats.running_var.uniform_(0.5, 2.0)
+            layer.weight.data.uniform_(0.5, 1.5)
+            layer.bias.data.uniform_(-0.5, 0.5)
+        target = ref[1] if isinstance(ref, nn.Sequential) else ref
+        target.load_state_dict(layer.state_dict())
+    if stubs:
+        return (
+            nn.Sequential(QuantStub(), *body, DeQuantStub()),
+            nn.Sequential(QuantStub(), *twin, DeQuantStub()),
+        )
+    return nn.Sequential(*body), nn.Sequential(*twin)
+
+
+PADKIT_QUANTIZED = (pq.QuantizedConv2d, pq.QuantizedConvReLU2d)
+
+#: fuse groups of the stubbed models (padkit names, twin names)
+GROUPS = ([["1", "2", "3"], ["4", "5", "6"]], [["1.1", "2", "3"], ["4.1", "5", "6"]])
+
+
+def output_step(model: nn.Module) -> float:
+    """The output scale of the last quantized conv of a converted eager model."""
+    scales = [m.scale for m in model.modules() if isinstance(m, torch.ao.nn.quantized.Conv2d)]
+    return float(scales[-1])
+
+
+def assert_within_one_step(got: Tensor, want: Tensor, step: float) -> None:
+    assert got.shape == want.shape
+    err = (got - want).abs().max().item()
+    assert err <= step * 1.001, f"max error {err} exceeds one quantization step {step}"
+
+
+def calibration(sizes: tuple[int, ...]) -> list[Tensor]:
+    torch.manual_seed(1)
+    return [torch.randn(2, 3, n, n + 1) for n in sizes for _ in range(2)]
+
+
+# ----------------------------------------------------------------------------- eager PTQ
+
+
+def eager_ptq(sizes: tuple[int, ...]) -> tuple[nn.Module, nn.Module]:
+    model, twin = models(stubs=True)
+    out = []
+    for m, groups in zip((model, twin), GROUPS):
+        m.eval()
+        m.qconfig = get_default_qconfig("x86")
+        prepared = prepare(fuse_modules(m, groups))
+        for x in calibration(sizes):
+            prepared(x)
+        out.append(convert(prepared))
+    return out[0], out[1]
+
+
+@pytest.mark.parametrize("size", [10, 9])
+def test_eager_ptq_matches_the_quantized_twin(size: int) -> None:
+    qmodel, qtwin = eager_ptq((size,))
+    convs = [m for m in qmodel.modules() if isinstance(m, torch.ao.nn.quantized.Conv2d)]
+    assert len(convs) == 3 and all(isinstance(m, PADKIT_QUANTIZED) for m in convs)
+    x = torch.randn(2, 3, size, size + 1)
+    assert_within_one_step(qmodel(x), qtwin(x), output_step(qtwin))
+
+
+def test_eager_ptq_same_at_another_size_stays_exact() -> None:
+    qmodel, qtwin = eager_ptq((10,))
+    for size in (13, 16):
+        x = torch.randn(1, 3, size, size - 3)
+        assert_within_one_step(qmodel(x), qtwin(x), output_step(qtwin))
+
+
+def test_eager_fusion_builds_modules_torch_recognises() -> None:
+    model, _ = models(stubs=True)
+    fused = fuse_modules(model.eval(), GROUPS[0])
+    assert isinstance(fused[1], torch.ao.nn.intrinsic.ConvReLU2d)
+    assert isinstance(fused[1][0], pn.Conv2d)  # BatchNorm folded into the padkit conv
+    assert isinstance(fused[2], nn.Identity)
+
+
+def test_quantized_model_copies_and_reloads_with_its_padding() -> None:
+    qmodel, _ = eager_ptq((9,))
+    x = torch.randn(1, 3, 9, 10)
+    want = qmodel(x)
+    torch.testing.assert_close(copy.deepcopy(qmodel)(x), want, rtol=0, atol=0)
+    other, _ = eager_ptq((12,))  # other observers: other scales
+    other.load_state_dict(qmodel.state_dict())
+    torch.testing.assert_close(other(x), want, rtol=0, atol=0)
+
+
+class ModePad(nn.Module):
+    def __init__(self, mode: str) -> None:
+        super().__init__()
+        self.mode = mode
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.pad(x, (2, 1), mode=self.mode)
+
+
+@pytest.mark.parametrize("mode", ["reflect", "replicate", "circular"])
+def test_eager_ptq_padding_modes(mode: str) -> None:
+    """A mode pads by copying values, so padding the float input before quantizing it is the
+    twin: the quantized padkit conv pads the quantized input and must give the same."""
+    torch.manual_seed(0)
+    conv = pn.Conv1d(2, 3, 3, padding=((2, 1),), padding_mode=mode)
+    ref = nn.Conv1d(2, 3, 3)
+    ref.load_state_dict(conv.state_dict())
+    data = [torch.randn(2, 2, 7) for _ in range(2)]
+    qs = []
+    for m in (
+        nn.Sequential(QuantStub(), conv, DeQuantStub()),
+        nn.Sequential(ModePad(mode), QuantStub(), ref, DeQuantStub()),
+    ):
+        m.eval().qconfig = get_default_qconfig("x86")
+        prepared = prepare(m)
+        for x in data:
+            prepared(x)
+        qs.append(convert(prepared))
+    assert isinstance(qs[0][1], pq.QuantizedConv1d)
+    for n in (7, 8):
+        x = torch.randn(2, 2, n)
+        torch.testing.assert_close(qs[0](x), qs[1](x), rtol=0, atol=0)
+
+
+# ----------------------------------------------------------------------------- eager QAT
+
+
+@pytest.mark.parametrize("size", [10, 9])
+def test_eager_qat_matches_the_quantized_twin(size: int) -> None:
+    model, twin = models(stubs=True)
+    out = []
+    for m, groups in zip((model, twin), GROUPS):
+        m.train()
+        m.qconfig = get_default_qat_qconfig("x86")
+        prepared = prepare_qat(fuse_modules_qat(m, groups))
+        for x in calibration((size,)):
+            prepared(x)
+        out.append(convert(prepared.eval()))
+    qmodel, qtwin = out
+    qat = [m for m in qmodel.modules() if isinstance(m, PADKIT_QUANTIZED)]
+    assert len(qat) == 3
+    x = torch.randn(2, 3, size, size + 1)
+    assert_within_one_step(qmodel(x), qtwin(x), output_step(qtwin))
+
+
+def test_eager_qat_trains_like_the_twin() -> None:
+    """A training step of the fake-quantized padkit model gives the twin's loss and grads."""
+    model, twin = models(stubs=True)
+    prepared: list[Any] = []
+    for m, groups in zip((model, twin), GROUPS):
+        m.train()
+        m.qconfig = get_default_qat_qconfig("x86")
+        prepared.append(prepare_qat(fuse_modules_qat(m, groups)))
+    assert isinstance(prepared[0][1], pq.QATConvBnReLU2d)
+    x = torch.randn(2, 3, 9, 10)
+    losses = [p(x).square().mean() for p in prepared]
+    for loss in losses:
+        loss.backward()
+    torch.testing.assert_close(losses[0], losses[1], rtol=1e-5, atol=1e-6)
+    g0 = prepared[0][1].weight.grad
+    g1 = prepared[1][1][1].weight.grad
+    assert g0 is not None and g1 is not None
+    torch.testing.assert_close(g0, g1, rtol=1e-4, atol=1e-5)
+
+
+def test_eager_qat_refuses_a_transposed_conv_with_batchnorm() -> None:
+    model = nn.Sequential(pn.ConvTranspose2d(2, 2, 3, padding=((0, 1), (1, 0))), nn.BatchNorm2d(2))
+    with pytest.raises(NotImplementedError, match="transposed convs"):
+        fuse_modules_qat(model.train(), [["0", "1"]])
