@@ -11,6 +11,10 @@ speed (other processes, frequency changes) that absolute times do not.
 :class:`CpuMonitor` records, per case, the share of the whole machine's CPU time that
 went to *other* processes while the case ran (``/proc/stat`` minus this process's own
 ``/proc/self/stat``), so the tables can say how noisy each measurement was.
+
+The benchmarks that import this module time padkit's torch plans unless they say
+otherwise: the optional oneDNN backend (on by default where its extra is installed) is
+turned off here, before padkit loads; ``bench/native_*.py`` turn it on per variant.
 """
 
 from __future__ import annotations
@@ -28,6 +32,8 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+
+os.environ.setdefault("PADKIT_NATIVE", "0")
 
 import torch
 
@@ -289,6 +295,21 @@ def command_line() -> str:
     return "python " + " ".join(shlex.quote(a) for a in sys.argv)
 
 
+def isa_line() -> str:
+    """What the kernels dispatch to: torch's own (ATen) kernels, and oneDNN as padkit's
+    backend reports it (``ONEDNN_MAX_CPU_ISA`` / ``ATEN_CPU_CAPABILITY`` lower them)."""
+    aten = torch.backends.cpu.get_cpu_capability()
+    try:
+        import padkit.native as native
+
+        onednn = native.load().isa
+    except Exception as err:  # the backend is optional: say why there is no ISA
+        onednn = f"unknown ({type(err).__name__})"
+    names = ("ONEDNN_MAX_CPU_ISA", "ATEN_CPU_CAPABILITY")
+    caps = ", ".join(f"{k}={os.environ[k]}" for k in names if k in os.environ)
+    return f"ATen {aten}, oneDNN {onednn}" + (f" (capped: {caps})" if caps else "")
+
+
 def env_header(threads: int) -> str:
     """Machine, versions, threads, date and load: the header every benchmark prints."""
     try:
@@ -306,6 +327,7 @@ def env_header(threads: int) -> str:
             f"- machine: {_cpu_model()}, {os.cpu_count()} logical CPUs, {platform.system()}",
             f"- torch {torch.__version__} (oneDNN {_onednn_version()}), timm {timm_v}, "
             f"Python {platform.python_version()}",
+            f"- instruction sets: {isa_line()}",
             f"- threads: torch.set_num_threads({threads}); float32; "
             f"load average at start {load[0]:.2f} / {load[1]:.2f} / {load[2]:.2f}",
         ]

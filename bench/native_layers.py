@@ -5,7 +5,9 @@ Every cell times, in one process and interleaved (``bench/common.py``):
 * ``native``: the torch layer with symmetric padding of the same FLOPs (the reference);
 * ``padkit torch``: the ``padkit.nn`` layer with the backend off (pure-torch plans);
 * ``padkit oneDNN``: the same layer with every op forced onto the backend;
-* ``padkit auto``: the backend on, the planner choosing (what users get);
+* ``padkit auto``: the backend on, as users get it: each op signature timed on its first
+  call (torch plan against oneDNN) and the faster side kept (``--deterministic``: the
+  static rules instead);
 * ``timm``: timm's ``Conv2dSame`` / ``create_pool2d(padding='same')`` (or, for the causal
   TCN conv, ``F.pad`` + ``conv1d``).
 
@@ -32,7 +34,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import env_header, fmt_ratio, markdown_table, max_abs_diff, measure_case
 from layers import SUITE, LayerCase, build, plan_of
 
-import padkit.functional as PF
 import padkit.native as native
 from padkit.native import _dispatch
 
@@ -43,11 +44,11 @@ VARIANTS = ("padkit torch", "padkit oneDNN", "padkit auto", "timm")
 
 def _with_backend(m: Fn, force: bool) -> Fn:
     def run(x: Tensor) -> Tensor:
-        PF._native, _dispatch.HOOK.force = _dispatch.HOOK, force
+        _dispatch.active, _dispatch.HOOK.force = _dispatch.HOOK, force
         try:
             return m(x)
         finally:
-            PF._native, _dispatch.HOOK.force = None, False
+            _dispatch.active, _dispatch.HOOK.force = None, False
 
     run.module = m  # type: ignore[attr-defined]
     return run
@@ -120,13 +121,25 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--layouts", nargs="*", default=["nchw", "cl"])
     ap.add_argument("--rounds", type=int, default=15)
     ap.add_argument("--block-s", type=float, default=0.03)
+    ap.add_argument(
+        "--deterministic", action="store_true", help="padkit auto by the static rules, untimed"
+    )
+    ap.add_argument(
+        "--keep-choices",
+        action="store_true",
+        help="reuse the choices on disk (default: measure afresh in this run)",
+    )
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     native.enable()
     native.disable()
+    native.set_tuning(not args.deterministic)
+    if not args.keep_choices:
+        native.forget_choices()
+    info = native.info()
     print(env_header(args.threads))
-    print(f"- oneDNN backend: {native.info()['onednn']} from {native.info()['onednn_root']}")
-    print(f"- mode: {args.mode}\n")
+    print(f"- oneDNN backend: {info['onednn']} from {info['onednn_root']}, ISA {info['isa']}")
+    print(f"- padkit auto: {info['tuning']} choices; mode: {args.mode}\n")
     cases = [c for c in SUITE if not args.cases or any(p in c.name for p in args.cases)]
     rows = []
     for case in cases:

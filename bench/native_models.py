@@ -36,7 +36,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import env_header, fmt_ratio, markdown_table, max_abs_diff, measure_case
 
-import padkit.functional as PF
 import padkit.native as native
 import padkit.nn as pnn
 from padkit.native import _dispatch
@@ -47,12 +46,12 @@ Fn = Callable[[Tensor], Tensor]
 
 def _with_backend(m: nn.Module) -> Fn:
     def run(x: Tensor) -> Tensor:
-        PF._native = _dispatch.HOOK
+        _dispatch.active = _dispatch.HOOK
         try:
             out: Tensor = m(x)
             return out
         finally:
-            PF._native = None
+            _dispatch.active = None
 
     run.module = m  # type: ignore[attr-defined]
     return run

@@ -18,9 +18,11 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch import Tensor
+from torch.fx.experimental.symbolic_shapes import statically_known_true
 from torch.overrides import has_torch_function
 
 from . import _export
+from .native import _dispatch as _backend
 from .op import PADDING_MODES, Op
 from .plan import Plan, _as_residual_pad, plan_conv, plan_pool
 from .spec import (
@@ -168,9 +170,21 @@ def _compiling() -> bool:
     return bool(torch.compiler.is_compiling())
 
 
-def _symbolic(sizes: Sequence[Any]) -> bool:
-    """Sizes traced with dynamic shapes: plans must not branch on them."""
-    return _compiling() and any(isinstance(v, torch.SymInt) for v in sizes)
+def _symbolic(sizes: Sequence[Any], strides: Sequence[int], sized: bool) -> bool:
+    """Pads that depend on the input size (``sized``: ``same`` at stride > 1) while it is
+    traced with dynamic shapes: plans must not branch on them.
+
+    Under ``torch.compile`` a symbolic size is not a ``torch.SymInt`` to Python code (dynamo
+    passes it as an int), so the test is what the trace can tell without a guard: a static
+    size has a known remainder modulo the stride (all that ``same`` pads depend on), a
+    symbolic one has none.
+    """
+    if not sized or not _compiling():
+        return False
+    return any(
+        s > 1 and not any(statically_known_true(n % s == r) for r in range(s))
+        for n, s in zip(sizes, strides)
+    )
 
 
 def _k_eff(k: Sequence[int], d: Sequence[int]) -> tuple[int, ...]:
@@ -298,10 +312,9 @@ def _apply_pad(x: Tensor, pairs: Pairs, mode: str, value: float, fname: str) -> 
 
 # ----------------------------------------------------------------------------- native backend
 
-#: Set by :func:`padkit.native.enable`: a hook that runs ops with per-side pads in one
-#: oneDNN primitive where that measured faster, returning None to decline. None (the
-#: default) runs the pure-torch plans below unchanged.
-_native: Any = None
+#: The optional oneDNN backend: ``_backend.active`` is a hook that runs ops with per-side
+#: pads in one oneDNN primitive where that is faster, returning None to decline; None runs
+#: the pure-torch plans below unchanged (see padkit.native).
 
 
 # ----------------------------------------------------------------------------- convolution
@@ -366,7 +379,17 @@ def _conv(
     pairs = resolve(rec.padding, rec.kernel, rec.stride, rec.dilation, sizes)
     _check_fits(fname, sizes, pairs, rec.k_eff)
     out = _conv_pairs(
-        nd, x, weight, bias, rec.stride, pairs, rec.dilation, groups, rec.padding_mode, fname
+        nd,
+        x,
+        weight,
+        bias,
+        rec.stride,
+        pairs,
+        rec.dilation,
+        groups,
+        rec.padding_mode,
+        fname,
+        sized=rec.padding.needs_input_size(rec.stride),
     )
     return out.squeeze(0) if unbatched else out
 
@@ -386,8 +409,11 @@ def _conv_pairs(
     groups: int,
     padding_mode: str | tuple[str, ...],
     fname: str,
+    *,
+    sized: bool = False,
 ) -> Tensor:
-    """Run a conv with resolved per-side pads on a batched input.
+    """Run a conv with resolved per-side pads on a batched input (``sized``: the pads
+    depend on the input size).
 
     Axes with a non-zero mode are padded first, one at a time in axis order; zero pads
     then go to the conv (symmetric part) and one ``F.pad`` (the rest). Zero-padded axes
@@ -415,7 +441,7 @@ def _conv_pairs(
         groups=groups,
         in_channels=int(x.shape[1]),
         cache=not _compiling(),
-        symbolic=_symbolic(sizes),
+        symbolic=_symbolic(sizes, s, sized),
     )
     return run_conv_plan(plan, conv, x, weight, bias, s, d, groups)
 
@@ -437,12 +463,13 @@ def run_conv_plan(
     ``extend`` builds the zero-extended kernel of a ``zero_extend`` plan (the layers pass
     one that caches it for frozen weights); by default the weight is padded on each call.
     """
-    if _native is not None and plan.strategy != "native":
+    hook = _backend.active
+    if hook is not None and plan.strategy != "native":
 
         def torch_plan(x: Tensor, w: Tensor, b: Tensor | None) -> Tensor:
             return _run_conv_torch(plan, conv, x, w, b, s, d, groups, extend)
 
-        res: Tensor | None = _native.conv(
+        res: Tensor | None = hook.conv(
             plan.strategy, x, weight, bias, s, d, plan.pads, groups, torch_plan
         )
         if res is not None:
@@ -507,7 +534,8 @@ def _requires_grad(t: Tensor) -> bool:
 
 def _narrow_out(out: Tensor, plan: Plan) -> Tensor:
     for i, (start, size) in enumerate(zip(plan.skip, plan.out_size)):
-        if start or out.shape[2 + i] != size:
+        # (a symbolic size is compared only where that needs no guard)
+        if start or not statically_known_true(out.shape[2 + i] == size):
             out = out.narrow(2 + i, start, size)
     return out
 
@@ -873,9 +901,10 @@ def _conv_transpose_crops(
                 out = out.narrow(out.dim() - nd + i, a, out.shape[out.dim() - nd + i] - a - b)
         return out
 
-    if _native is not None:
+    hook = _backend.active
+    if hook is not None:
         ends = tuple((lo, hi - o) for (lo, hi), o in zip(crops, op))
-        res: Tensor | None = _native.conv_transpose(x, weight, bias, s, d, ends, groups, torch_plan)
+        res: Tensor | None = hook.conv_transpose(x, weight, bias, s, d, ends, groups, torch_plan)
         if res is not None:
             return res
     return torch_plan(x, weight, bias)
@@ -1060,8 +1089,10 @@ def _explicit_pads(
 
 def _pad_windows(x: Tensor, full: Pairs, value: float) -> Tensor:
     """Pad by ``full``; a negative end pad trims the padded tensor (never more than it has)."""
-    if _compiling() and any(isinstance(v, torch.SymInt) for pair in full for v in pair):
-        # pads from a symbolic size (floor mode: never negative): no branch on their values
+    if _compiling():
+        # pads may be symbolic: no branch on their values (F.pad crops for a negative pad)
+        if all(statically_known_true(v == 0) for pair in full for v in pair):
+            return x
         return F.pad(x, _torch_pad(full), value=value)
     pos: Pairs = tuple((lo, max(hi, 0)) for lo, hi in full)
     if any(lo or hi for lo, hi in pos):
@@ -1237,10 +1268,11 @@ def _max_pool(
         sizes,
         ceil_mode=ceil,
         cache=not _compiling(),
-        symbolic=_symbolic(sizes),
+        symbolic=_symbolic(sizes, s, rec.padding.needs_input_size(s)),
     )
-    if _native is not None and not return_indices and plan.strategy != "native":
-        got: Tensor | None = _native.pool(
+    hook = _backend.active
+    if hook is not None and not return_indices and plan.strategy != "native":
+        got: Tensor | None = hook.pool(
             "max",
             plan.strategy,
             x,
@@ -1463,11 +1495,12 @@ def _avg_pool(
         float_input=x.dtype.is_floating_point,
         channels_last=channels_last(x),
         cache=not _compiling(),
-        symbolic=_symbolic(sizes),
+        symbolic=_symbolic(sizes, s, rec.padding.needs_input_size(s)),
     )
-    if _native is not None and divisor_override is None and plan.strategy != "native":
+    hook = _backend.active
+    if hook is not None and divisor_override is None and plan.strategy != "native":
         kind = "avg_include" if count_include_pad else "avg_exclude"
-        got_avg: Tensor | None = _native.pool(
+        got_avg: Tensor | None = hook.pool(
             kind,
             plan.strategy,
             x,

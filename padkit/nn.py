@@ -20,6 +20,7 @@ from torch import Tensor, nn
 
 from . import functional as PF
 from . import quantization as _quantization
+from .native import _dispatch as _backend
 from .op import Op
 from .plan import Plan, plan_conv, plan_pool
 from .spec import Padding, PaddingError, PaddingLike, _as_int, _tuple_of
@@ -971,8 +972,9 @@ def _pool_fast(layer: Any, x: Tensor, op: str) -> _FastFn | None:
     rec = layer._op()
     plan = layer.plan(tuple(x.shape), channels_last=PF.channels_last(x))
     torch_fn = _pool_torch_fn(plan, rec)
-    if PF._native is not None:  # the optional oneDNN backend (padkit.native)
-        fast: _FastFn | None = PF._native.pool_layer(layer, op, plan, x, torch_fn)
+    hook = _backend.active
+    if hook is not None:  # the optional oneDNN backend (padkit.native)
+        fast: _FastFn | None = hook.pool_layer(layer, op, plan, x, torch_fn)
         if fast is not None:
             return fast
     return torch_fn
@@ -1014,7 +1016,7 @@ def _pool_forward(layer: Any, input: Tensor, op: str, full: Callable[[Tensor], A
         getattr(layer, "count_include_pad", True),
         getattr(layer, "divisor_override", None),
         op == "avg_pool" and PF.channels_last(input),
-        None if PF._native is None else PF.channels_last(input),
+        None if _backend.active is None else PF.channels_last(input),
     )
     cache = _fast_cache(layer)
     fn = cache.get(key, False)

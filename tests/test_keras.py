@@ -89,6 +89,20 @@ def channels_last(t: torch.Tensor) -> np.ndarray:
     return np.moveaxis(t.detach().numpy(), 1, -1)
 
 
+def keras_reference(fn: Callable[[], Any]) -> np.ndarray:
+    """The reference TensorFlow computes, or a skip that says why it cannot here.
+
+    Which kernels TensorFlow has depends on the CPU it runs on (a dilated stride-1
+    ``Conv1DTranspose`` raises ``InvalidArgumentError`` on some AVX2 machines): where
+    TensorFlow itself refuses, there is no reference to compare with.
+    """
+    try:
+        return np.asarray(fn())
+    except tf.errors.OpError as err:
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        pytest.skip(f"TensorFlow cannot compute the reference on this CPU: {first}")
+
+
 def assert_close(got: np.ndarray, want: np.ndarray) -> None:
     assert got.shape == want.shape
     scale = max(float(np.max(np.abs(want))), 1.0)
@@ -141,7 +155,7 @@ def keras_conv_t(
     kernel = rand(*layer.kernel.shape, seed=seed)
     bias = rand(cout, seed=seed + 1)
     layer.set_weights([kernel, bias])
-    return np.asarray(layer(x)), kernel, bias
+    return keras_reference(lambda: layer(x)), kernel, bias
 
 
 def torch_weight(kernel: np.ndarray) -> torch.Tensor:
@@ -235,7 +249,7 @@ def test_avg_pool_same_default_matches_keras(sizes: tuple[int, ...], k: int, s: 
     """AveragePooling*D('same') as a Keras user would port it: no count_include_pad."""
     nd = len(sizes)
     x = rand(2, *sizes, 3, seed=sum(sizes))
-    want = np.asarray(KERAS_AVG[nd](pool_size=k, strides=s, padding="same")(x))
+    want = keras_reference(lambda: KERAS_AVG[nd](pool_size=k, strides=s, padding="same")(x))
     got = channels_last(PN_AVG[nd](k, s, padding="same")(channels_first(x)))
     assert_close(got, want)
     fn = (PF.avg_pool1d, PF.avg_pool2d, PF.avg_pool3d)[nd - 1]
@@ -262,7 +276,7 @@ def test_pool_from_keras_json_config(kind: str) -> None:
     klayer = (KERAS_MAX if kind == "max" else KERAS_AVG)[2](
         pool_size=(3, 3), strides=(2, 2), padding="same"
     )
-    want = np.asarray(klayer(x))
+    want = keras_reference(lambda: klayer(x))
     cfg = json.loads(json.dumps(klayer.get_config()))
     assert isinstance(cfg["pool_size"], list)
     layer = (PN_MAX if kind == "max" else PN_AVG)[2](
@@ -345,7 +359,7 @@ def small() -> tuple[Any, Any, np.ndarray]:
 
 def test_tf2onnx_small_model_matches_tensorflow(small: tuple[Any, Any, np.ndarray]) -> None:
     model, proto, x = small
-    assert_close(run_padkit(proto, x), np.asarray(model(x, training=False)))
+    assert_close(run_padkit(proto, x), keras_reference(lambda: model(x, training=False)))
 
 
 def test_verify_passes_tf2onnx_small_model(small: tuple[Any, Any, np.ndarray]) -> None:
@@ -384,7 +398,7 @@ def test_tf2onnx_negative_transpose_pads_match_tensorflow() -> None:
     pads = [list(a.ints) for n in proto.graph.node for a in n.attribute if a.name == "pads"]
     assert any(min(p) < 0 for p in pads)
     x = rand(1, 5, 6, 2, seed=13)
-    assert_close(run_padkit(proto, x), np.asarray(model(x)))
+    assert_close(run_padkit(proto, x), keras_reference(lambda: model(x)))
     with pytest.raises(Exception, match="negative"):
         onnxruntime.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"])
 
@@ -428,7 +442,7 @@ def test_tf2onnx_keras_applications(
     model = build()
     proto = to_onnx(model, shape, opset)
     x = rand(*shape, seed=12)
-    want = np.asarray(model(x, training=False))
+    want = keras_reference(lambda: model(x, training=False))
     got = run_padkit(proto, x)
     scale = float(np.max(np.abs(want)))
     assert got.shape == want.shape

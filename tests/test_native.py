@@ -13,6 +13,7 @@ import os
 import platform
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -386,19 +387,63 @@ def test_reordered_weights_follow_in_place_updates() -> None:
 
 
 @requires_backend
-def test_second_derivatives_are_refused_not_wrong() -> None:
+@pytest.mark.parametrize(
+    "op",
+    ["conv", "conv_bias", "conv_transpose", "max", "avg_include", "avg_exclude"],
+)
+def test_second_derivatives_equal_the_reference(op: str) -> None:
+    """A gradient penalty (``create_graph=True``) through the backend: the backward is then
+    built from torch's ops, so the second derivative exists and equals the F.pad one."""
+    torch.manual_seed(3)
+    x = torch.randn(2, 4, 9, 8, dtype=torch.float64).float().requires_grad_()
+    w = (torch.randn(4, 4, 3, 3) / 6).requires_grad_()
+    b = torch.randn(4).requires_grad_()
+    pairs = ((0, 1), (1, 2))
+
+    def padkit_out() -> torch.Tensor:
+        if op.startswith("conv_t"):
+            return PF.conv_transpose2d(x, w, b, 2, ((0, 1), (1, 0)))
+        if op.startswith("conv"):
+            return PF.conv2d(x, w, b if op == "conv_bias" else None, 2, pairs)
+        if op == "max":
+            return PF.max_pool2d(x, 3, 2, pairs)
+        return PF.avg_pool2d(x, 3, 2, pairs, count_include_pad=op == "avg_include")
+
+    def reference() -> torch.Tensor:
+        if op.startswith("conv_t"):
+            full = F.conv_transpose2d(x, w, b, 2)
+            return full[:, :, : full.shape[2] - 1, 1:]
+        if op.startswith("conv"):
+            return F.conv2d(F.pad(x, [1, 2, 0, 1]), w, b if op == "conv_bias" else None, 2)
+        if op == "max":
+            return F.max_pool2d(F.pad(x, [1, 2, 0, 1], value=float("-inf")), 3, 2)
+        total = F.avg_pool2d(F.pad(x, [1, 2, 0, 1]), 3, 2) * 9
+        if op == "avg_include":
+            return total / 9
+        inside = F.pad(torch.ones(1, 1, 9, 8), [1, 2, 0, 1])
+        return total / (F.avg_pool2d(inside, 3, 2) * 9)
+
+    def penalty(out: torch.Tensor) -> list[torch.Tensor]:
+        params = [x, w] if op.startswith("conv") else [x]
+        gx = torch.autograd.grad(out.pow(3).sum(), x, create_graph=True)[0]
+        return list(torch.autograd.grad(gx.pow(2).sum(), params, allow_unused=True))
+
     assert native.enable()
     _dispatch.HOOK.force = True
     try:
-        x = torch.randn(1, 4, 8, 8, requires_grad=True)
-        w = torch.randn(4, 4, 3, 3, requires_grad=True)
-        out = PF.conv2d(x, w, None, 2, "same")
-        (gx,) = torch.autograd.grad(out.sum(), x, create_graph=True)
-        with pytest.raises(RuntimeError, match=r"does not require grad|once_differentiable"):
-            gx.sum().backward()
+        out = padkit_out()
+        if requires_backend.args[0] is False:
+            assert _ran_native(out), "the case must exercise the backend"
+        got = penalty(out)
     finally:
         _dispatch.HOOK.force = False
         native.disable()
+    want = penalty(reference())
+    assert len(got) == len(want)
+    for g, r in zip(got, want):
+        assert r is not None and float(r.abs().max()) > 0  # the case has a second derivative
+        assert g is not None
+        _close(g, r, 1e-4)
 
 
 @requires_backend
@@ -472,9 +517,8 @@ def test_threads_follow_torch() -> None:
         native.disable()
 
 
-@requires_backend
-def test_planner_keeps_torch_where_the_backend_loses() -> None:
-    """The policy's measured choices (docs/performance.md)."""
+def test_static_rules() -> None:
+    """The deterministic mode's table (padkit's own rules, the same on every machine)."""
     from padkit.native import _policy
 
     x = torch.randn(1, 64, 4096)
@@ -488,6 +532,18 @@ def test_planner_keeps_torch_where_the_backend_loses() -> None:
     x2 = torch.randn(1, 128, 56, 56)
     assert _policy.conv("residual_pad", x2, dense, 1, ((0, 1), (0, 1)), (1, 1))
     assert not _policy.conv("native", x2, dense, 1, ((1, 1), (1, 1)), (1, 1))
+
+
+@pytest.fixture
+def deterministic() -> Iterator[None]:
+    before = _dispatch.HOOK.tuner.measure
+    native.set_tuning(False)
+    yield
+    native.set_tuning(before)
+
+
+@requires_backend
+def test_deterministic_mode_follows_the_rules_and_asks_onednn(deterministic: None) -> None:
     conv = pnn.Conv1d(4, 4, 3, padding="causal", dilation=4)
     assert native.enable()
     try:
@@ -497,19 +553,108 @@ def test_planner_keeps_torch_where_the_backend_loses() -> None:
             _close(conv(x1), F.conv1d(F.pad(x1, [8, 0]), conv.weight, conv.bias, 1, 0, 4))
         x2 = torch.randn(1, 4, 8, 8, requires_grad=True)
         assert _ran_native(PF.conv2d(x2, torch.randn(4, 4, 3, 3), None, 2, "same"))
-        # where oneDNN has only reference loops for a pass (depthwise 5x5 backward in
-        # NCHW: 27x slower), the torch plan runs; inference still takes the backend
+        # the planner never runs a pass on oneDNN's reference loops (many times slower):
+        # which kernels oneDNN has depends on the CPU, so ask it (on some AVX-512 CPUs a
+        # depthwise 5x5 stride-2 backward in NCHW has only reference loops; on AVX2 a jit one)
         x5 = torch.randn(1, 144, 56, 56, requires_grad=True)
         w5 = torch.randn(144, 1, 5, 5, requires_grad=True)
-        assert not _ops.conv_is_fast(
-            x5, w5, None, (2, 2), (1, 1), ((1, 2), (1, 2)), 144, training=True
-        )
-        assert not _ran_native(PF.conv2d(x5, w5, None, 2, "same", 1, 144))
+        args = (x5, w5, None, (2, 2), (1, 1), ((1, 2), (1, 2)), 144)
+        impls = _ops.conv_impls(*args, training=True)
+        assert len(impls) == 3 and all(impls), impls
+        fast = not any(name.startswith("ref") for name in impls)
+        assert _ops.conv_is_fast(*args, training=True) == fast
+        assert _ran_native(PF.conv2d(x5, w5, None, 2, "same", 1, 144)) == fast
         with torch.no_grad():
             y = PF.conv2d(x5, w5, None, 2, "same", 1, 144)
         _close(y, F.conv2d(F.pad(x5, [1, 2, 1, 2]), w5, None, 2, 0, 1, 144))
     finally:
         native.disable()
+
+
+# ----------------------------------------------------------------------------- measured choices
+
+
+def test_tuner_keeps_the_faster_side(tmp_path: Path) -> None:
+    from padkit.native import _tune
+
+    def slow() -> None:
+        time.sleep(0.003)
+
+    def quick() -> None:
+        pass
+
+    tuner = _tune.Tuner()
+    tuner.attach(tmp_path, "avx2", (3, 2, 0))
+    key_a = ("conv", (3, 3), (2, 2), (1, 1), ((0, 1), (0, 1)), 1, (8, 8), "contiguous")
+    key_b = ("max_pool", (3, 3), (2, 2), (1, 1), ((0, 1), (0, 1)), 1, (8,), "contiguous")
+    assert tuner.decide(key_a, slow, quick, _tune.nothing) is True
+    assert tuner.decide(key_b, quick, slow, _tune.nothing) is False
+    # remembered: neither side runs again
+    assert tuner.decide(key_a, quick, slow, _tune.nothing) is True
+    assert tuner.path is not None and tuner.path.is_file()
+    # a new process on the same machine reads the choices from disk
+    again = _tune.Tuner()
+    again.attach(tmp_path, "avx2", (3, 2, 0))
+    assert again.known(key_a) is True and again.known(key_b) is False
+    assert {row["runs"] for row in again.table()} == {"onednn", "torch"}
+    # another instruction set (or oneDNN, torch, CPU) is another file: measured anew
+    other = _tune.Tuner()
+    other.attach(tmp_path, "avx512_core", (3, 2, 0))
+    assert other.path != tuner.path and other.known(key_a) is None
+    tuner.forget()
+    assert not tuner.path.is_file() and tuner.known(key_a) is None
+
+
+@requires_backend
+def test_measured_choice_is_recorded_and_exact(tmp_path: Path) -> None:
+    assert native.enable()
+    tuner = _dispatch.HOOK.tuner
+    before = (tuner.measure, tuner.path)
+    lib = native.load()
+    tuner.attach(tmp_path, lib.isa, lib.runtime_version)
+    native.set_tuning(True)
+    try:
+        torch.manual_seed(1)
+        x = torch.randn(2, 8, 15, 14, requires_grad=True)
+        w = torch.randn(8, 8, 3, 3, requires_grad=True)
+        for training in (False, True):
+            with torch.set_grad_enabled(training):
+                out = PF.conv2d(x, w, None, 2, ((0, 1), (1, 2)))
+                pooled = PF.max_pool2d(x, 3, 2, ((0, 1), (1, 0)))
+            _close(out, F.conv2d(F.pad(x, [1, 2, 0, 1]), w, None, 2))
+            _close(pooled, F.max_pool2d(F.pad(x, [1, 0, 0, 1], value=float("-inf")), 3, 2))
+            if training:
+                gx, gw = torch.autograd.grad(out.sum(), (x, w))
+                ref = F.conv2d(F.pad(x, [1, 2, 0, 1]), w, None, 2).sum()
+                rx, rw = torch.autograd.grad(ref, (x, w))
+                _close(gx, rx)
+                _close(gw, rw)
+        rows = native.info()["choices"]
+        ops = {(row["op"].split()[0], "training" in row["op"]) for row in rows}
+        assert ops == {("conv", False), ("conv", True), ("max_pool", False), ("max_pool", True)}
+        for row in rows:
+            faster = "onednn" if row["onednn_us"] < row["torch_us"] else "torch"
+            assert row["runs"] == faster, row
+        # the caller's tensors kept no gradient from the timing runs
+        assert x.grad is None and w.grad is None
+    finally:
+        tuner.measure = before[0]
+        tuner.path = before[1]
+        tuner.choices.clear()
+        tuner.timings.clear()
+        tuner._loaded = False
+        native.disable()
+
+
+@requires_backend
+def test_info_reports_the_isa_onednn_dispatches_to() -> None:
+    code = "import padkit.native as n\nn.load()\nprint(n.info()['isa'])"
+    capped = _run(code, ONEDNN_MAX_CPU_ISA="AVX2")
+    assert capped.returncode == 0, capped.stderr
+    # the cap holds on any x86-64 CPU: AVX2 or below, never an AVX-512 ISA
+    assert capped.stdout.strip() in ("avx2", "avx", "sse41"), capped.stdout
+    free = _run(code)
+    assert free.returncode == 0 and free.stdout.strip(), free.stderr
 
 
 # ----------------------------------------------------------------------------- without it
@@ -562,6 +707,32 @@ def test_environment_variable_turns_it_on() -> None:
     )
     assert res.returncode == 0, res.stderr
     assert res.stdout.strip() == "True"
+
+
+@requires_backend
+@pytest.mark.parametrize(("env", "on"), [(None, True), ("0", False)])
+def test_installed_extra_turns_it_on(env: str | None, on: bool) -> None:
+    """With the extra installed and a compiler present the backend is on by default (built
+    on the first op that could use it); PADKIT_NATIVE=0 turns it off."""
+    code = (
+        "import torch, torch.nn.functional as F, padkit.functional as PF, padkit.native as n\n"
+        "x, w = torch.randn(1, 8, 9, 9), torch.randn(8, 8, 3, 3)\n"
+        "y = PF.conv2d(x, w, None, 2, ((0, 1), (1, 0)))\n"
+        "assert torch.allclose(y, F.conv2d(F.pad(x, [1, 0, 0, 1]), w, None, 2), atol=1e-5)\n"
+        "print(n.enabled(), n.info()['error'])\n"
+    )
+    env_vars = {} if env is None else {"PADKIT_NATIVE": env}
+    full = {k: v for k, v in os.environ.items() if k != "PADKIT_NATIVE"}
+    res = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env={**full, "PYTHONPATH": str(ROOT), "PADKIT_NATIVE_TUNE": "0", **env_vars},
+        timeout=300,
+    )
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.split() == [str(on), "None"]
 
 
 @requires_backend

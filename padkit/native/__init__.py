@@ -5,22 +5,29 @@ cost padkit a padded copy of the input on some layers (dense stride-2 convs, the
 pools in some layouts). oneDNN, the library under torch's own CPU convolutions, takes
 ``padding_l`` and ``padding_r`` separately. This package builds a small C++ library over
 oneDNN (from the ``onednn-cpu-gomp`` wheels: ``pip install 'padkit[native]'``), loads it
-with ctypes and lets padkit's planner route the ops where it measured faster
-(:mod:`padkit.native._policy`). Without the extra or a compiler padkit runs exactly as
-before.
+with ctypes and runs an op there where it is faster than padkit's torch plan, timed on
+this machine on the op's first call and remembered on disk (:mod:`padkit.native._tune`).
 
-Turn it on with :func:`enable` (or ``PADKIT_NATIVE=1`` in the environment before
-``padkit.functional`` is imported); :func:`disable` turns it off. See docs/native.md.
+With the extra installed and a compiler present the backend is on: it is built (once,
+cached) on the first eligible op. ``PADKIT_NATIVE=0`` in the environment, or
+:func:`disable`, turns it off; ``PADKIT_NATIVE=1`` builds it at import and raises if it
+cannot. A build that fails leaves padkit on its torch plans, with the reason in
+:func:`info`. ``PADKIT_NATIVE_TUNE=0`` or :func:`set_tuning` ``(False)`` is the
+deterministic mode (no timing; the static rules of :mod:`padkit.native._policy`).
 
 Example:
     >>> import padkit.native as native
     >>> native.enable(required=False) in (True, False)
     True
+    >>> sorted(k for k in native.info() if k in ("enabled", "isa", "tuning"))
+    ['enabled', 'isa', 'tuning']
     >>> native.disable()
 """
 
 from __future__ import annotations
 
+import os
+import threading
 from typing import Any
 
 from . import _build, _dispatch, _ops
@@ -35,8 +42,10 @@ __all__ = [
     "disable",
     "enable",
     "enabled",
+    "forget_choices",
     "info",
     "load",
+    "set_tuning",
 ]
 
 _state: dict[str, Any] = {"lib": None, "error": None}
@@ -53,6 +62,7 @@ def load() -> _build.Library:
             raise
         _state["lib"] = lib
         _ops.set_library(lib)
+        _dispatch.HOOK.tuner.attach(_build._cache_dir(), lib.isa, lib.runtime_version)
     return lib
 
 
@@ -77,26 +87,34 @@ def enable(*, required: bool = True) -> bool:
         if required:
             raise
         return False
-    from .. import functional
-
-    functional._native = _dispatch.HOOK
+    _dispatch.active = _dispatch.HOOK
     _dispatch.HOOK.generation += 1
     return True
 
 
 def disable() -> None:
     """Back to padkit's pure-torch plans."""
-    from .. import functional
-
-    functional._native = None
+    _dispatch.active = None
     _dispatch.HOOK.generation += 1
 
 
 def enabled() -> bool:
-    """Whether padkit currently routes ops to the backend."""
-    from .. import functional
+    """Whether padkit currently routes ops to the backend (building it first if it is on
+    by default and no op has run yet)."""
+    if isinstance(_dispatch.active, _AutoStart):
+        _dispatch.active.start()
+    return _dispatch.active is _dispatch.HOOK
 
-    return functional._native is not None
+
+def set_tuning(measure: bool) -> None:
+    """``True``: time each new op signature on its first call and keep the faster side
+    (the default). ``False``: the deterministic mode, where the static rules decide."""
+    _dispatch.HOOK.tuner.measure = bool(measure)
+
+
+def forget_choices() -> None:
+    """Drop the measured choices (in memory and the file on disk): ops are timed again."""
+    _dispatch.HOOK.tuner.forget()
 
 
 def clear_cache() -> None:
@@ -112,13 +130,74 @@ def clear_cache() -> None:
 
 
 def info() -> dict[str, Any]:
-    """What is loaded: library path, oneDNN version, and why not, if it is not."""
+    """What is loaded and what it chose.
+
+    ``enabled``; ``library`` (path), ``onednn`` (version), ``onednn_root``; ``isa``: the
+    instruction set oneDNN dispatches to on this CPU (after ``ONEDNN_MAX_CPU_ISA``);
+    ``cpu``; ``error``: why the backend is not loaded, if it is not; ``fallbacks``: ops
+    oneDNN refused; ``tuning``: ``"measured"`` or ``"deterministic"``; ``choices``: each op
+    signature timed so far, the side that runs it and both times; ``choices_file``.
+    """
+    on = enabled()
     lib: _build.Library | None = _state["lib"]
+    tuner = _dispatch.HOOK.tuner
     return {
-        "enabled": enabled(),
+        "enabled": on,
         "library": None if lib is None else str(lib.path),
         "onednn": None if lib is None else lib.runtime_version,
         "onednn_root": None if lib is None else str(lib.onednn.lib),
+        "isa": None if lib is None else lib.isa,
+        "cpu": tuner.machine.get("cpu"),
         "error": _state["error"],
         "fallbacks": dict(_dispatch.HOOK.fallbacks),
+        "tuning": "measured" if tuner.measure else "deterministic",
+        "choices": tuner.table() if lib is not None else [],
+        "choices_file": None if tuner.path is None else str(tuner.path),
     }
+
+
+class _AutoStart:
+    """The backend's default state: on, but not built until the first op asks for it.
+
+    The first call builds and loads the library (once; the build is cached on disk) and
+    puts the real hook in place, or, where it cannot be built, turns the backend off and
+    keeps the reason for :func:`info`; either way the op then runs.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+
+    def start(self) -> Any:
+        with self._lock:
+            if _dispatch.active is self:
+                _dispatch.active = _dispatch.HOOK if enable(required=False) else None
+        return _dispatch.active
+
+    def conv(self, *args: Any) -> Any:
+        hook = self.start()
+        return None if hook is None else hook.conv(*args)
+
+    def conv_transpose(self, *args: Any) -> Any:
+        hook = self.start()
+        return None if hook is None else hook.conv_transpose(*args)
+
+    def pool(self, *args: Any) -> Any:
+        hook = self.start()
+        return None if hook is None else hook.pool(*args)
+
+    def pool_layer(self, *args: Any) -> Any:
+        hook = self.start()
+        return None if hook is None else hook.pool_layer(*args)
+
+
+def _from_environment() -> None:
+    mode = os.environ.get("PADKIT_NATIVE", "").strip().lower()
+    if mode in ("0", "false", "off", "no"):
+        _dispatch.active = None
+    elif mode in ("1", "true", "on", "yes"):
+        enable()  # asked for explicitly: a build failure raises
+    else:
+        _dispatch.active = _AutoStart()
+
+
+_from_environment()

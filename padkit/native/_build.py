@@ -28,6 +28,23 @@ SOURCE = Path(__file__).with_name("padkit_dnnl.cpp")
 ABI = 1
 
 
+#: oneDNN's ``dnnl_cpu_isa_t`` values (oneapi/dnnl/dnnl_types.h) by name
+ISA_NAMES = {
+    0x0: "default",
+    0x1: "sse41",
+    0x3: "avx",
+    0x7: "avx2",
+    0xF: "avx2_vnni",
+    0x1F: "avx2_vnni_2",
+    0x27: "avx512_core",
+    0x67: "avx512_core_vnni",
+    0xE7: "avx512_core_bf16",
+    0x1EF: "avx512_core_fp16",
+    0xFEF: "avx512_core_amx",
+    0x1FEF: "avx512_core_amx_fp16",
+}
+
+
 class BuildError(RuntimeError):
     """The native backend cannot be built or loaded here (the message says why)."""
 
@@ -128,10 +145,14 @@ class Library:
         lib.padkit_impl.restype = ctypes.c_int
         lib.padkit_dnnl_error.restype = ctypes.c_char_p
         lib.padkit_dnnl_version.argtypes = [i64]
+        lib.padkit_cpu_isa.argtypes = [i64]
         self.lib = lib
         v = (ctypes.c_int64 * 3)()
         lib.padkit_dnnl_version(v)
         self.runtime_version = (int(v[0]), int(v[1]), int(v[2]))
+        lib.padkit_cpu_isa(v)
+        #: the instruction set oneDNN dispatches to here (``ONEDNN_MAX_CPU_ISA`` lowers it)
+        self.isa = ISA_NAMES.get(int(v[0]), hex(int(v[0])))
 
     def error(self) -> str:
         msg: bytes = self.lib.padkit_dnnl_error()

@@ -2,25 +2,31 @@
 
 Each method returns the op's result, or ``None`` to let padkit run its pure-torch plan.
 Never while tracing, compiling, exporting or under functorch transforms / forward AD /
-autocast, only for plain CPU float32 / bfloat16 tensors, and only where
-:mod:`padkit.native._policy` says the backend measured faster. An op oneDNN refuses
-falls back (counted in ``fallbacks``, shown by ``padkit.native.info()``).
+autocast, only for plain CPU float32 / bfloat16 tensors, never where oneDNN has only its
+reference loops, and only where the backend is faster: measured on this machine on the
+first call of each op signature (:mod:`padkit.native._tune`), or, in the deterministic
+mode, where :mod:`padkit.native._policy` says. An op oneDNN refuses falls back (counted in
+``fallbacks``, shown by ``padkit.native.info()``).
 """
 
 from __future__ import annotations
 
+import contextlib
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import torch
 from torch import Tensor, nn
 
 from ..plan import Plan
-from . import _ops, _policy
+from . import _ops, _policy, _tune
 
 Pairs = tuple[tuple[int, int], ...]
 FastFn = Callable[[Tensor], Any]
+#: padkit's torch plan for the op being decided: (input, weight, bias) -> output
+ConvRun = Callable[[Tensor, Tensor, "Tensor | None"], Tensor]
+PoolRun = Callable[[Tensor], Any]
 
 _TYPES = (Tensor, nn.Parameter)
 
@@ -60,13 +66,14 @@ def _traced() -> bool:
 
 
 class Hook:
-    """What :mod:`padkit.functional` consults (``functional._native``) when enabled."""
+    """What :mod:`padkit.functional` consults (:data:`active`) when the backend is on."""
 
     def __init__(self) -> None:
         self.generation = 0
         #: route every eligible op to the backend, ignoring the policy (tests use it)
         self.force = False
         self.fallbacks: Counter[str] = Counter()
+        self.tuner = _tune.Tuner()
 
     def _go(self, x: Tensor, *rest: Tensor | None) -> bool:
         # tracing first: dynamo must not see the checks on the tensors below
@@ -90,6 +97,23 @@ class Hook:
                 return False
         return self._go(x)
 
+    def _measured(
+        self,
+        key: _tune.Key,
+        inputs: tuple[Tensor | None, ...],
+        run_torch: Callable[..., Any],
+        run_native: Callable[..., Any],
+        training: bool,
+    ) -> bool:
+        """The tuner's choice for ``key``, timing both sides on these inputs if it has none."""
+        got = self.tuner.known(key)
+        if got is not None:
+            return got
+        bench = _Bench(inputs, training)
+        return self.tuner.decide(
+            key, lambda: bench.run(run_torch), lambda: bench.run(run_native), _torch_only
+        )
+
     def conv(
         self,
         strategy: str,
@@ -100,15 +124,25 @@ class Hook:
         d: Sequence[int],
         pads: Pairs,
         groups: int,
+        torch_run: ConvRun | None = None,
     ) -> Tensor | None:
         if not self._go(x, w, b):
             return None
         if not self.force:
             training = _training(x, w, b)
-            if not _policy.conv(strategy, x, w, groups, pads, d, training) or not _ops.conv_is_fast(
-                x, w, b, s, d, pads, groups, training=training
-            ):
-                return None
+            if not _ops.conv_is_fast(x, w, b, s, d, pads, groups, training=training):
+                return None  # oneDNN has only its reference loops for a pass
+            if not self.tuner.measure or torch_run is None:
+                if not _policy.conv(strategy, x, w, groups, pads, d, training):
+                    return None
+            else:
+                key = _conv_key("conv", x, w, s, d, pads, groups, training)
+
+                def native(x: Tensor, w: Tensor, b: Tensor | None) -> Tensor:
+                    return _ops.conv(x, w, b, s, d, pads, groups)
+
+                if not self._measured(key, (x, w, b), torch_run, native, training):
+                    return None
         try:
             return _ops.conv(x, w, b, s, d, pads, groups)
         except _ops.NativeError as err:
@@ -124,6 +158,7 @@ class Hook:
         d: Sequence[int],
         crops: Pairs,
         groups: int,
+        torch_run: ConvRun | None = None,
     ) -> Tensor | None:
         """``crops``: what to remove from the full output per side (>= 0)."""
         if any(lo < 0 or hi < 0 for lo, hi in crops) or not self._go(x, w, b):
@@ -134,6 +169,14 @@ class Hook:
                 x, w, b, s, d, crops, groups, transposed=True, training=training
             ):
                 return None
+            if self.tuner.measure and torch_run is not None:
+                key = _conv_key("conv_transpose", x, w, s, d, crops, groups, training)
+
+                def native(x: Tensor, w: Tensor, b: Tensor | None) -> Tensor:
+                    return _ops.conv(x, w, b, s, d, crops, groups, transposed=True)
+
+                if not self._measured(key, (x, w, b), torch_run, native, training):
+                    return None
         try:
             return _ops.conv(x, w, b, s, d, crops, groups, transposed=True)
         except _ops.NativeError as err:
@@ -150,24 +193,38 @@ class Hook:
         d: Sequence[int],
         pads: Pairs,
         outs: Sequence[int],
+        torch_run: PoolRun | None = None,
     ) -> Tensor | None:
         """``kind``: ``max``, ``avg_include`` or ``avg_exclude``; floor-mode ``outs``."""
         if not self._pool_ok(k, s, d, pads, outs, x):
             return None
-        if not self.force and not (
-            _policy.pool(kind, strategy, x, k, s, pads)
-            and _ops.pool_is_fast(kind, x, outs, k, s, d, pads, training=_training(x))
-        ):
-            return None
+        if not self.force:
+            training = _training(x)
+            if not _ops.pool_is_fast(kind, x, outs, k, s, d, pads, training=training):
+                return None
+            if not self.tuner.measure or torch_run is None:
+                if not _policy.pool(kind, strategy, x, k, s, pads):
+                    return None
+            else:
+                key = _pool_key(kind, x, k, s, d, pads, training)
+
+                def native(x: Tensor) -> Tensor:
+                    return _ops.pool(kind, x, outs, k, s, d, pads)
+
+                if not self._measured(key, (x,), torch_run, native, training):
+                    return None
         try:
             return _ops.pool(kind, x, outs, k, s, d, pads)
         except _ops.NativeError as err:
             self.fallbacks[f"pool: {err}"] += 1
             return None
 
-    def pool_layer(self, layer: Any, op: str, plan: Plan, x: Tensor) -> FastFn | None:
-        """A per-layer closure (``padkit.nn``'s fast path) running the pool on the backend,
-        or None where the backend is not used for this layer and input."""
+    def pool_layer(
+        self, layer: Any, op: str, plan: Plan, x: Tensor, torch_fn: FastFn | None = None
+    ) -> FastFn | None:
+        """A per-layer closure (``padkit.nn``'s fast path) running the pool on the backend
+        where it is the faster side, else ``torch_fn`` (the layer's torch plan; by default
+        its full forward); None where the backend is never used for this layer and input."""
         rec = layer._op()  # the layer's checked record, from its live attributes
         if op == "max_pool":
             if rec.return_indices:
@@ -182,7 +239,11 @@ class Hook:
         k, s, d = rec.kernel, rec.stride, rec.dilation
         if plan.strategy == "native" or not self._pool_ok(k, s, d, plan.pads, plan.out_size, x):
             return None
-        if not self.force and not _policy.pool(kind, plan.strategy, x, k, s, plan.pads):
+        if (
+            not self.force
+            and not self.tuner.measure
+            and not _policy.pool(kind, plan.strategy, x, k, s, plan.pads)
+        ):
             return None
         if not self.force:
             # the layer's closure serves inference and training calls alike
@@ -192,12 +253,114 @@ class Hook:
                 ):
                     return None
         pads, outs, strategy = plan.pads, plan.out_size, plan.strategy
+        fallback: FastFn = layer._forward if torch_fn is None else torch_fn
 
         def run(x: Tensor) -> Any:
-            out = self.pool(kind, strategy, x, k, s, d, pads, outs)
-            return layer._forward(x) if out is None else out
+            out = self.pool(kind, strategy, x, k, s, d, pads, outs, fallback)
+            return fallback(x) if out is None else out
 
         return run
 
 
+def _conv_key(
+    op: str,
+    x: Tensor,
+    w: Tensor,
+    s: Sequence[int],
+    d: Sequence[int],
+    pads: Pairs,
+    groups: int,
+    training: bool,
+) -> _tune.Key:
+    cin, cout = int(x.shape[1]), int(w.shape[1 if op == "conv_transpose" else 0])
+    if op == "conv_transpose":
+        cout *= groups
+    return (
+        op,
+        tuple(int(v) for v in w.shape[2:]),
+        tuple(s),
+        tuple(d),
+        tuple(pads),
+        groups,
+        (cin, cout),
+        "channels_last" if _ops.is_channels_last(x) else "contiguous",
+        str(x.dtype).replace("torch.", ""),
+        _tune.bucket(int(x.shape[0])),
+        tuple(_tune.bucket(int(n)) for n in x.shape[2:]),
+        training,
+        torch.get_num_threads(),
+    )
+
+
+def _pool_key(
+    kind: str,
+    x: Tensor,
+    k: Sequence[int],
+    s: Sequence[int],
+    d: Sequence[int],
+    pads: Pairs,
+    training: bool,
+) -> _tune.Key:
+    return (
+        f"{kind}_pool",
+        tuple(k),
+        tuple(s),
+        tuple(d),
+        tuple(pads),
+        1,
+        (int(x.shape[1]),),
+        "channels_last" if _ops.is_channels_last(x) else "contiguous",
+        str(x.dtype).replace("torch.", ""),
+        _tune.bucket(int(x.shape[0])),
+        tuple(_tune.bucket(int(n)) for n in x.shape[2:]),
+        training,
+        torch.get_num_threads(),
+    )
+
+
+class _Bench:
+    """Runs one side of an op for timing: under ``no_grad`` in inference; forward and
+    backward on detached copies of the inputs in training (the caller's tensors, their
+    ``.grad`` and their autograd graph are left alone)."""
+
+    def __init__(self, inputs: tuple[Tensor | None, ...], training: bool) -> None:
+        self.training = training
+        self.inputs = tuple(
+            None if t is None else t.detach().requires_grad_(training and t.requires_grad)
+            for t in inputs
+        )
+        self.grad: Tensor | None = None
+
+    def run(self, fn: Callable[..., Any]) -> None:
+        if not self.training:
+            with torch.no_grad():
+                fn(*self.inputs)
+            return
+        for t in self.inputs:
+            if t is not None:
+                t.grad = None
+        with torch.enable_grad():
+            out = fn(*self.inputs)
+            if self.grad is None:
+                self.grad = torch.ones_like(out)
+            out.backward(self.grad)
+
+
+@contextlib.contextmanager
+def _torch_only() -> Iterator[None]:
+    """padkit's torch plans, with the backend detached (while the tuner times them)."""
+    global active
+    before = active
+    active = None
+    try:
+        yield
+    finally:
+        active = before
+
+
 HOOK = Hook()
+
+#: what padkit.functional and padkit.nn consult before each op: :data:`HOOK` when the
+#: backend is on, None when it is off, or (by default, until the first op) an object that
+#: turns it on where it builds (:mod:`padkit.native` sets it)
+active: Any = None

@@ -4,8 +4,10 @@ Every op takes per-side pads ``(lo, hi)`` per spatial axis and runs as one oneDN
 primitive on the tensors' own memory (NCHW or channels-last; anything else is made
 contiguous first). Outputs are allocated here, in the input's memory format. Under
 autograd the ops are :class:`torch.autograd.Function` s whose backward runs oneDNN's
-backward-data / backward-weights (conv) or pooling-backward primitives; they are
-differentiable once (a second derivative raises).
+backward-data / backward-weights (conv) or pooling-backward primitives. A backward
+that must itself be differentiable (``create_graph=True``: gradient penalties, double
+backward) runs as torch's ops on the explicitly padded input instead, so second
+derivatives work and equal the reference's.
 """
 
 from __future__ import annotations
@@ -17,8 +19,8 @@ from collections.abc import Sequence
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
-from torch.autograd.function import once_differentiable
 
 from ._build import Library
 
@@ -293,10 +295,18 @@ class _ConvFunction(torch.autograd.Function):
         return out
 
     @staticmethod
-    @once_differentiable
     def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:
         x, w = ctx.saved_tensors
         kind, s, d, pads, groups, cl = ctx.meta
+        if torch.is_grad_enabled():  # create_graph=True: a backward with a graph of its own
+            b = w.new_zeros(ctx.out_shape[1]) if ctx.has_bias else None
+            grads = _reference_grads(
+                lambda x, w, b: _conv_reference(kind, x, w, b, s, d, pads, groups),
+                (x, w, b),
+                ctx.needs_input_grad[:3],
+                grad,
+            )
+            return (*grads, None)
         grad = _like(grad, cl)
         lib = _library().lib
         gx = gw = gb = None
@@ -378,6 +388,63 @@ def conv(
 _fast: dict[tuple[int, ...], bool] = {}
 #: conv_is_fast's answers by the Python facts of the call (no parameter block to build)
 _fast_conv: dict[tuple[Any, ...], bool] = {}
+
+
+def _impl_names(p: Any, passes: Sequence[int]) -> list[str]:
+    lib = _library().lib
+    buf = ctypes.create_string_buffer(256)
+    names = []
+    for which in passes:
+        if lib.padkit_impl(p, which, buf, 256) != 0:
+            raise NativeError(_library().error())
+        names.append(buf.value.decode())
+    return names
+
+
+def conv_impls(
+    x: Tensor,
+    w: Tensor,
+    b: Tensor | None,
+    s: Sequence[int],
+    d: Sequence[int],
+    pads: Pairs,
+    groups: int,
+    *,
+    transposed: bool = False,
+    training: bool = False,
+) -> list[str]:
+    """The implementation oneDNN picks on this CPU for each pass of a conv (forward, and
+    backward data and weights when ``training``), e.g. ``brgconv:avx512_core``, ``ref:any``."""
+    if x.dim() == 3:
+        return conv_impls(
+            x.unsqueeze(2),
+            w.unsqueeze(2),
+            b,
+            (1, *s),
+            (1, *d),
+            ((0, 0), *pads),
+            groups,
+            transposed=transposed,
+            training=training,
+        )
+    kind = 1 if transposed else 0
+    shape = conv_out_shape(kind, x, w, s, d, pads, groups)
+    p = _conv_params(
+        kind,
+        x,
+        w,
+        b is not None,
+        shape,
+        s,
+        d,
+        pads,
+        groups,
+        training,
+        is_channels_last(x),
+        (0, 0, 0),
+    )
+    p[1] = 0
+    return _impl_names(p, (0, 1, 2) if training else (0,))
 
 
 def _has_fast_kernels(p: Any, n: int, passes: Sequence[int]) -> bool:
@@ -525,21 +592,102 @@ class _PoolFunction(torch.autograd.Function):
     def forward(ctx: Any, x: Tensor, meta: tuple[Any, ...]) -> Tensor:
         alg, out_sizes, k, s, d, pads, cl = meta
         out, ws = _pool_forward(alg, x, out_sizes, k, s, d, pads, True, cl)
+        ctx.save_for_backward(x)
         ctx.meta = meta
         ctx.x_shape, ctx.x_stride, ctx.dtype = tuple(x.shape), tuple(x.stride()), x.dtype
         ctx.ws = ws
         return out
 
     @staticmethod
-    @once_differentiable
     def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, None]:
-        alg, _, k, s, d, pads, cl = ctx.meta
+        alg, outs, k, s, d, pads, cl = ctx.meta
+        if torch.is_grad_enabled():  # create_graph=True: a backward with a graph of its own
+            (x,) = ctx.saved_tensors
+            gx = _reference_grads(
+                lambda x: _pool_reference(alg, x, outs, k, s, d, pads), (x,), (True,), grad
+            )[0]
+            return gx, None
         grad = _like(grad, cl)
         gx = torch.empty_strided(ctx.x_shape, ctx.x_stride, dtype=ctx.dtype)
         p = _pool_params(alg, gx, grad.shape, k, s, d, pads, True, cl)
         lib = _library().lib
         _check(lib.padkit_pool_bwd(p, grad.data_ptr(), gx.data_ptr(), _ptr(ctx.ws)))
         return gx, None
+
+
+# ----------------------------------------------------------------------------- torch references
+
+_CONV = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}
+_CONV_T = {1: F.conv_transpose1d, 2: F.conv_transpose2d, 3: F.conv_transpose3d}
+_MAX = {1: F.max_pool1d, 2: F.max_pool2d, 3: F.max_pool3d}
+
+
+def _torch_pad(pads: Pairs) -> list[int]:
+    return [v for p in reversed(pads) for v in p]
+
+
+def _conv_reference(
+    kind: int,
+    x: Tensor,
+    w: Tensor,
+    b: Tensor | None,
+    s: Sequence[int],
+    d: Sequence[int],
+    pads: Pairs,
+    groups: int,
+) -> Tensor:
+    """The op in torch's own differentiable ops: ``F.pad`` + the unpadded conv, or the full
+    transposed conv with ``pads`` cropped off."""
+    nd = x.dim() - 2
+    if kind == 0:
+        return _CONV[nd](F.pad(x, _torch_pad(pads)), w, b, tuple(s), 0, tuple(d), groups)
+    out = _CONV_T[nd](x, w, b, tuple(s), 0, 0, groups, tuple(d))
+    for i, (lo, hi) in enumerate(pads):
+        out = out.narrow(2 + i, lo, out.shape[2 + i] - lo - hi)
+    return out
+
+
+def _pool_reference(
+    alg: int,
+    x: Tensor,
+    outs: Sequence[int],
+    k: Sequence[int],
+    s: Sequence[int],
+    d: Sequence[int],
+    pads: Pairs,
+) -> Tensor:
+    """A pool in torch's differentiable ops on the explicitly padded input (averages as a
+    depthwise conv of ones, divided by the window's size or by its count of inputs)."""
+    nd, tp = x.dim() - 2, _torch_pad(pads)
+    if alg == 0:
+        out = _MAX[nd](F.pad(x, tp, value=float("-inf")), tuple(k), tuple(s), 0, tuple(d))
+    else:
+        c = int(x.shape[1])
+        total = _CONV[nd](F.pad(x, tp), x.new_ones((c, 1, *k)), None, tuple(s), 0, tuple(d), c)
+        if alg == 1:
+            out = total / float(torch.tensor(k).prod())
+        else:
+            inside = F.pad(x.new_ones((1, 1, *x.shape[2:])), tp)
+            count = _CONV[nd](inside, x.new_ones((1, 1, *k)), None, tuple(s), 0, tuple(d))
+            out = total / count
+    for i, n in enumerate(outs):
+        out = out.narrow(2 + i, 0, n)
+    return out
+
+
+def _reference_grads(
+    fn: Any, inputs: tuple[Tensor | None, ...], needed: Sequence[bool], grad: Tensor
+) -> tuple[Tensor | None, ...]:
+    """Gradients of ``fn(*inputs)`` with a graph (for ``create_graph=True``)."""
+    live = [
+        None if t is None or not need else (t if t.requires_grad else t.detach().requires_grad_())
+        for t, need in zip(inputs, needed)
+    ]
+    args = [a if a is not None else t for a, t in zip(live, inputs)]
+    out = fn(*args)
+    wanted = [t for t in live if t is not None]
+    got = iter(torch.autograd.grad(out, wanted, grad, create_graph=True, allow_unused=True))
+    return tuple(None if t is None else next(got) for t in live)
 
 
 def pool(

@@ -576,6 +576,13 @@ int padkit_dnnl_version(int64_t* out) {
   return 0;
 }
 
+// the instruction set oneDNN dispatches to (dnnl_cpu_isa_t: 0x7 avx2, 0x27 avx512_core, ...),
+// after ONEDNN_MAX_CPU_ISA and the CPU's own limits
+int padkit_cpu_isa(int64_t* out) {
+  out[0] = static_cast<int64_t>(get_effective_cpu_isa());
+  return 0;
+}
+
 int padkit_conv_fwd(const int64_t* p, void* src, void* wei, void* bias, void* dst) {
   return guarded([&] { conv_forward(p, src, wei, bias, dst); });
 }

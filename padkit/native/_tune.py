@@ -1,0 +1,242 @@
+"""Which side runs an op: measured on the machine that runs it, remembered on disk.
+
+For each op signature (kind, kernel, stride, dilation, pads, groups, channels, layout,
+dtype, a batch and size bucket, training or not, thread count) the first call times
+padkit's torch plan against the oneDNN primitive, a few runs each, interleaved, and keeps
+the faster, the way ``torch.backends.cudnn.benchmark`` does. The choices are written to a
+JSON file in the backend's cache directory whose name is a hash of what makes timings
+comparable: the CPU model, the instruction set oneDNN dispatches to, and the oneDNN,
+torch and padkit versions. Another machine, ``ONEDNN_MAX_CPU_ISA`` setting or upgrade
+starts a new file.
+
+``PADKIT_NATIVE_TUNE=0`` (or :func:`padkit.native.set_tuning` ``(False)``) is the
+deterministic mode: no timing; the static rules of :mod:`padkit.native._policy` (the
+choices measured when the backend was written) decide every op.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import platform
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import torch
+
+Key = tuple[Any, ...]
+
+#: timed runs per side after one warm-up run each; fewer for slow ops
+ROUNDS = 5
+#: an op whose warm-up takes longer than this (seconds) is timed with two rounds
+SLOW = 0.05
+
+
+def bucket(n: int) -> int:
+    """The power of two at or above ``n``: sizes that share a bucket share a choice."""
+    return 1 if n <= 1 else 1 << (int(n) - 1).bit_length()
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _median(v: list[float]) -> float:
+    s = sorted(v)
+    return s[len(s) // 2]
+
+
+class Tuner:
+    """The choices made so far and the file they are kept in."""
+
+    def __init__(self) -> None:
+        env = os.environ.get("PADKIT_NATIVE_TUNE", "1").strip().lower()
+        #: time each new signature (True) or follow the static rules (False)
+        self.measure = env not in ("0", "false", "off", "no")
+        self.choices: dict[Key, bool] = {}
+        self.timings: dict[Key, tuple[float, float]] = {}
+        self.path: Path | None = None
+        self.machine: dict[str, Any] = {}
+        self._loaded = False
+        self._lock = threading.Lock()
+
+    # ------------------------------------------------------------------ the file
+
+    def attach(self, cache_dir: Path, isa: str, onednn: tuple[int, int, int]) -> None:
+        """Name the file for this machine and read what it holds."""
+        from .. import __version__
+
+        self.machine = {
+            "cpu": cpu_model(),
+            "isa": isa,
+            "onednn": ".".join(map(str, onednn)),
+            "torch": torch.__version__,
+            "padkit": __version__,
+        }
+        digest = hashlib.sha256(json.dumps(self.machine, sort_keys=True).encode()).hexdigest()
+        path = cache_dir / f"choices-{digest[:16]}.json"
+        if path != self.path:  # choices made for other facts do not carry over
+            self.choices.clear()
+            self.timings.clear()
+        self.path = path
+        self._loaded = False
+
+    def _load(self) -> None:
+        self._loaded = True
+        if self.path is None or not self.path.is_file():
+            return
+        try:
+            data = json.loads(self.path.read_text())
+            for row in data.get("choices", []):
+                key = _key_from_json(row["key"])
+                self.timings.setdefault(key, (float(row["torch"]), float(row["native"])))
+                self.choices.setdefault(key, bool(row["native"] < row["torch"]))
+        except (OSError, ValueError, KeyError, TypeError):
+            return  # a damaged file is measured again and rewritten
+
+    def _save(self) -> None:
+        if self.path is None:
+            return
+        rows = [
+            {"key": _key_to_json(k), "torch": t, "native": n} for k, (t, n) in self.timings.items()
+        ]
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(suffix=".json", dir=self.path.parent)
+            with os.fdopen(fd, "w") as f:
+                json.dump({"machine": self.machine, "choices": rows}, f)
+            os.replace(tmp, self.path)
+        except OSError:
+            pass  # a read-only cache: the choices stay in memory
+
+    # ------------------------------------------------------------------ choosing
+
+    def known(self, key: Key) -> bool | None:
+        """The remembered choice for ``key``: True (oneDNN), False (torch), None (none yet)."""
+        got = self.choices.get(key)
+        if got is None and not self._loaded:
+            with self._lock:
+                if not self._loaded:
+                    self._load()
+            got = self.choices.get(key)
+        return got
+
+    def decide(
+        self,
+        key: Key,
+        run_torch: Callable[[], Any],
+        run_native: Callable[[], Any],
+        quiet: Callable[[], contextlib.AbstractContextManager[Any]],
+    ) -> bool:
+        """Time both sides (``quiet()`` keeps the torch side off the backend) and remember."""
+        with self._lock:
+            got = self.choices.get(key)
+            if got is not None:
+                return got
+            with quiet():
+                t_torch, t_native = _time_pair(run_torch, run_native)
+            self.timings[key] = (t_torch, t_native)
+            choice = self.choices[key] = t_native < t_torch
+            self._save()
+            return choice
+
+    def forget(self) -> None:
+        """Drop every choice, in memory and on disk (they are measured again)."""
+        with self._lock:
+            self.choices.clear()
+            self.timings.clear()
+            self._loaded = True
+            if self.path is not None:
+                with contextlib.suppress(OSError):
+                    self.path.unlink()
+
+    def table(self) -> list[dict[str, Any]]:
+        """The choices made, one row each (for ``padkit.native.info()``)."""
+        if not self._loaded:
+            self._load()
+        rows = []
+        for key, choice in self.choices.items():
+            t, n = self.timings.get(key, (float("nan"), float("nan")))
+            rows.append(
+                {
+                    "op": describe(key),
+                    "runs": "onednn" if choice else "torch",
+                    "torch_us": round(t * 1e6, 1),
+                    "onednn_us": round(n * 1e6, 1),
+                }
+            )
+        return rows
+
+
+def _time_pair(run_torch: Callable[[], Any], run_native: Callable[[], Any]) -> tuple[float, float]:
+    """Median seconds of each, after one warm-up run each, in interleaved rounds."""
+    t0 = time.perf_counter()
+    run_torch()
+    t1 = time.perf_counter()
+    run_native()
+    t2 = time.perf_counter()
+    rounds = 2 if max(t1 - t0, t2 - t1) > SLOW else ROUNDS
+    ts: list[float] = []
+    ns: list[float] = []
+    for r in range(rounds):
+        order = (run_torch, run_native) if r % 2 == 0 else (run_native, run_torch)
+        for fn in order:
+            a = time.perf_counter()
+            fn()
+            (ts if fn is run_torch else ns).append(time.perf_counter() - a)
+    return _median(ts), _median(ns)
+
+
+_FIELDS = (
+    "op",
+    "kernel",
+    "stride",
+    "dilation",
+    "pads",
+    "groups",
+    "channels",
+    "layout",
+    "dtype",
+    "batch",
+    "size",
+    "training",
+    "threads",
+)
+
+
+def describe(key: Key) -> str:
+    """``key`` in words, e.g. ``conv k(3, 3) s(2, 2) ... training``."""
+    parts = []
+    for name, v in zip(_FIELDS, key):
+        if name == "op":
+            parts.append(str(v))
+        elif name == "training":
+            parts.append("training" if v else "inference")
+        else:
+            parts.append(f"{name}={v}")
+    return " ".join(parts)
+
+
+def _key_to_json(v: Any) -> Any:
+    return [_key_to_json(x) for x in v] if isinstance(v, tuple) else v
+
+
+def _key_from_json(v: Any) -> Any:
+    return tuple(_key_from_json(x) for x in v) if isinstance(v, list) else v
+
+
+@contextlib.contextmanager
+def nothing() -> Iterator[None]:
+    yield
