@@ -22,6 +22,8 @@ import torch.nn.functional as F
 from torch import nn
 
 import padkit.nn as pn
+from padkit import PaddingError
+from padkit.surgery import SurgeryError, lower
 
 torch.set_num_threads(1)
 
@@ -280,3 +282,98 @@ def test_opacus_make_private_clips_exactly(mode: str) -> None:
         criterion(wrapped(xb), yb).backward()
         optimizer.step()
     assert_all_close([cast(Any, p).grad for p in model.parameters()], want)
+
+
+# ----------------------------------------------------------------------------- lower
+
+
+def torch_only(model: nn.Module) -> bool:
+    return all(type(m).__module__.startswith("torch.nn") for m in model.modules())
+
+
+LOWERABLE = {
+    "conv same s2": lambda: pn.Conv2d(2, 3, 3, stride=2, padding="same"),
+    "conv same d2": lambda: pn.Conv2d(2, 3, 3, padding="same", dilation=2),
+    "conv causal 1d": lambda: pn.Conv1d(2, 3, 3, padding="causal", dilation=2),
+    "conv 3d per side": lambda: pn.Conv3d(2, 2, 2, padding=((1, 0), (0, 1), 1)),
+    "conv reflect": lambda: pn.Conv2d(2, 3, 4, padding="same", padding_mode="reflect"),
+    "conv circular": lambda: pn.Conv2d(2, 3, 3, padding=((0, 2), 1), padding_mode="circular"),
+    "conv mixed modes": lambda: pn.Conv2d(
+        2, 3, 3, padding=((2, 0), (1, 1)), padding_mode=("replicate", "reflect")
+    ),
+    "conv_t same": lambda: pn.ConvTranspose2d(2, 3, 3, stride=2, padding="same"),
+    "conv_t per side": lambda: pn.ConvTranspose1d(2, 3, 4, stride=2, padding=((1, 2),)),
+    "max same": lambda: pn.MaxPool2d(3, 2, padding="same"),
+    "max ceil": lambda: pn.MaxPool2d(3, 2, padding=((0, 1), 1), ceil_mode=True),
+    "max wide pads": lambda: pn.MaxPool1d(2, 1, padding=((2, 0),)),
+    "avg same counted": lambda: pn.AvgPool2d(3, 2, padding="same", count_include_pad=True),
+    "avg same TF": lambda: pn.AvgPool2d(3, 2, padding="same", count_include_pad=False),
+    "avg divisor": lambda: pn.AvgPool2d(2, 1, padding=((0, 1), (1, 0)), divisor_override=3),
+    "lp same": lambda: pn.LPPool2d(2, 3, 2, padding="same"),
+}
+
+
+@pytest.mark.parametrize("make", LOWERABLE.values(), ids=list(LOWERABLE))
+def test_lower_each_layer_equals_the_padkit_layer(make: Any) -> None:
+    torch.manual_seed(0)
+    layer = make()
+    nd = 1 if isinstance(layer, (nn.Conv1d, nn.ConvTranspose1d, nn.MaxPool1d)) else 2
+    nd = 3 if isinstance(layer, nn.Conv3d) else nd
+    x = torch.randn(2, 2, *[9, 10, 7][:nd])
+    lowered, report = lower(layer, x)
+    assert torch_only(lowered)
+    want = layer(x)
+    torch.testing.assert_close(lowered(x), want, rtol=1e-5, atol=1e-6)
+    assert report.paths == [""]
+    if report.size_dependent:
+        with pytest.raises(PaddingError, match=r"'<root>'.*size \(9.*got input size \(11"):
+            lowered(torch.randn(2, 2, *[11, 12, 8][:nd]))
+
+
+def test_lower_a_model_and_count_its_macs_with_ptflops() -> None:
+    ptflops = pytest.importorskip("ptflops")
+    model = padkit_cnn().eval()
+    x = example(1)
+    lowered, report = lower(model, x)
+    assert torch_only(lowered)
+    torch.testing.assert_close(lowered(x), model(x), rtol=1e-5, atol=1e-6)
+    assert report.size_dependent == ["0", "2", "6"]  # the 'same' layers at stride 2
+    assert report.paths == ["0", "2", "4", "6", "7"]
+
+    def macs(net: nn.Module) -> int:
+        count, _ = ptflops.get_model_complexity_info(
+            net, (3, SIZE, SIZE), as_strings=False, print_per_layer_stat=False
+        )
+        return int(count)
+
+    assert macs(lowered) == macs(torch_twin(model))
+    with pytest.raises(PaddingError, match=r"layer '0'.*\(16, 16\).*got input size \(15, 15\)"):
+        lowered(example(1, size=15))
+
+
+def test_lower_keeps_the_original_and_its_training_flags() -> None:
+    model = padkit_cnn().train()
+    x = example(2)
+    before = model(x)
+    lowered, _ = lower(model, x)
+    assert all(m.training for m in lowered.modules())
+    assert type(model[0]) is pn.Conv2d
+    assert torch.equal(model(x), before)
+    # the lowered copy pickles, and its size guard with it
+    again = pickle.loads(pickle.dumps(lowered))
+    with pytest.raises(PaddingError, match="got input size"):
+        again(example(1, size=15))
+
+
+def test_lower_refuses_what_torch_layers_cannot_compute() -> None:
+    x = torch.randn(1, 2, 9, 9)
+    tf_avg = pn.AvgPool2d(2, 1, padding="same", count_include_pad=False)
+    with pytest.raises(SurgeryError, match=r"count_include_pad=False"):
+        lower(tf_avg, x)
+    with pytest.raises(SurgeryError, match=r"dilation"):
+        lower(pn.AvgPool2d(2, 1, padding=1, dilation=2), x)
+    shared = pn.Conv2d(2, 2, 3, stride=2, padding="same")
+    with pytest.raises(SurgeryError, match=r"sizes \(9, 9\) and \(5, 5\)"):
+        lower(nn.Sequential(shared, shared), x)
+    with pytest.raises(TypeError, match="example inputs"):
+        lower(shared)

@@ -19,7 +19,11 @@ measures that on an input.
 residual addition) write straight into the interior of a zero-bordered buffer that the
 conv reads unpadded, so that inside a model the padded copy of the input disappears.
 
-All three return ``(model, report)``; the model is a copy unless ``inplace=True``, and its
+:func:`lower` returns a copy in torch's own modules only (pad modules and torch's conv and
+pool layers), for tools that find layers by exact class; pads that depend on the input size
+are resolved for the example's size, and other sizes are refused at run time.
+
+All four return ``(model, report)``; the model is a copy unless ``inplace=True``, and its
 ``state_dict`` has the original's keys and shapes. torch is the only dependency: timm and
 torchvision classes are recognised only when those packages are already imported (a model
 holding their layers has imported them).
@@ -29,10 +33,12 @@ from ._common import PORT_TARGETS, Change, Skip, SurgeryError, SurgeryReport
 from .convert import convert
 from .dilate import LatticeGate, dilate, dilation_error
 from .fuse import fuse_pads
+from .lower import InputSizeGuard, lower
 
 __all__ = [
     "PORT_TARGETS",
     "Change",
+    "InputSizeGuard",
     "LatticeGate",
     "Skip",
     "SurgeryError",
@@ -41,4 +47,5 @@ __all__ = [
     "dilate",
     "dilation_error",
     "fuse_pads",
+    "lower",
 ]

@@ -71,7 +71,7 @@ class SurgeryReport:
     """What :func:`convert` or :func:`dilate` did.
 
     Attributes:
-        operation: ``"convert"`` or ``"dilate"``.
+        operation: ``"convert"``, ``"dilate"``, ``"fuse_pads"`` or ``"lower"``.
         changes: every module replaced or modified, in model order.
         skipped: candidates left unchanged, with the reason.
         notes: remarks that concern the model as a whole.
@@ -96,6 +96,11 @@ class SurgeryReport:
     def paths(self) -> list[str]:
         """The paths of the changed modules."""
         return [c.path for c in self.changes]
+
+    @property
+    def size_dependent(self) -> list[str]:
+        """The paths of the changed layers fixed to one input size (:func:`lower`)."""
+        return [c.path for c in self.changes if "input_size" in c.what]
 
     @property
     def numbers_changed(self) -> list[str]:
