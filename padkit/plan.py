@@ -27,6 +27,13 @@ pick one exact lowering:
 
 Every plan is exact: it equals the explicit ``F.pad`` reference bit for bit or to
 float rounding (tests check every strategy against that reference).
+
+Under ``torch.compile(dynamic=True)`` and ``torch.export`` with dynamic dims the input
+sizes are symbolic. Plans then choose from static facts only (kernel, stride, dilation,
+the rule's pads): a condition on the size counts only where it holds without a guard
+(:func:`_known`), so a compiled model is not specialised to its input size; pads that
+depend on the size (``same`` at stride > 1) take the ``explicit`` plan, whose pads are
+symbolic arithmetic.
 """
 
 from __future__ import annotations
@@ -35,6 +42,10 @@ import dataclasses
 import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
+
+from torch import sym_max
+from torch.fx.experimental.symbolic_shapes import statically_known_true
 
 from .spec import pool_output_size
 
@@ -90,6 +101,12 @@ class Plan:
         return self.describe()
 
 
+def _known(cond: object) -> bool:
+    """``cond`` holds for certain: a plain bool as is; for symbolic sizes, only where it
+    holds without adding a guard on the size (so a dynamic-shape trace stays general)."""
+    return bool(statically_known_true(cond))  # type: ignore[arg-type]
+
+
 def _zeros(nd: int) -> Pairs:
     return ((0, 0),) * nd
 
@@ -101,9 +118,10 @@ def _conv_out(n: int, k: int, s: int, d: int, lo: int, hi: int) -> int:
 _SYMBOLIC = "a symbolic input size (dynamic shapes): one pad, no size-specialised choice"
 
 
-def _ratio(surplus: float, traced: bool) -> str:
+def _ratio(counts: tuple[int, int], traced: bool) -> str:
     # while tracing, the sizes (and so the ratio) may be symbolic: nothing to print
-    return "more outputs than kept" if traced else f"{surplus:.2f}x"
+    got, want = counts
+    return "more outputs than kept" if traced else f"{got / want:.2f}x"
 
 
 def _symbolic_plan(
@@ -129,21 +147,30 @@ def _symbolic_plan(
 
 def _crop_layout(
     pairs: Pairs, k: Sequence[int], s: Sequence[int], d: Sequence[int], n: Sequence[int]
-) -> tuple[tuple[int, ...], tuple[int, ...], float] | None:
-    """Native padding, leading outputs to skip, and the surplus factor; None if inexact."""
+) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, int]] | None:
+    """Native padding, leading outputs to skip, and the outputs computed and kept (the
+    surplus factor is their ratio); None if inexact."""
     native: list[int] = []
     skip: list[int] = []
-    surplus = 1.0
+    got_all: Any = 1  # int, or a SymInt while tracing with dynamic shapes
+    want_all: Any = 1
     for (lo, hi), kk, ss, dd, nn in zip(pairs, k, s, d, n):
         p = max(lo, hi)
         if (p - lo) % ss:
             return None
         native.append(p)
         skip.append((p - lo) // ss)
-        want = _conv_out(nn, kk, ss, dd, lo, hi)
-        got = _conv_out(nn, kk, ss, dd, p, p)
-        surplus *= got / max(want, 1)
-    return tuple(native), tuple(skip), surplus
+        want_all = want_all * sym_max(_conv_out(nn, kk, ss, dd, lo, hi), 1)
+        got_all = got_all * _conv_out(nn, kk, ss, dd, p, p)
+    return tuple(native), tuple(skip), (got_all, want_all)
+
+
+def _surplus_ok(counts: tuple[int, int]) -> bool:
+    """A crop computes at most ``_CROP_MAX_SURPLUS`` times the outputs it keeps; for a
+    symbolic size, unless it provably computes more (the surplus only matters for inputs
+    a few kernels long)."""
+    got, want = counts
+    return not _known(got * 100 > want * round(_CROP_MAX_SURPLUS * 100))
 
 
 def _dilated_overpad(native: Sequence[int], k: Sequence[int], d: Sequence[int]) -> bool:
@@ -197,8 +224,9 @@ def plan_conv(
     """The plan for a conv with resolved ``pairs`` on spatial input size ``n``.
 
     Plans are cached per shape unless ``cache=False`` (padkit passes that while
-    ``torch.compile`` traces, which plans once per graph anyway). ``symbolic=True`` (sizes
-    traced with dynamic shapes) picks the explicit plan, which needs no guard on the size.
+    ``torch.compile`` traces, which plans once per graph anyway). ``symbolic=True`` (pads
+    that depend on a size traced with dynamic shapes) picks the explicit plan, which needs
+    no guard on the size.
     """
     args = (tuple(pairs), tuple(k), tuple(s), tuple(d), tuple(n))
     if symbolic:
@@ -246,13 +274,13 @@ def _plan_conv(
     if all(lo == hi for lo, hi in pairs):
         return make("native", [lo for lo, _ in pairs], "symmetric pads")
     crop = _crop_layout(pairs, k, s, d, n)
-    if crop is not None and crop[2] <= _CROP_MAX_SURPLUS and not _dilated_overpad(crop[0], k, d):
-        native, skip, surplus = crop
+    if crop is not None and _surplus_ok(crop[2]) and not _dilated_overpad(crop[0], k, d):
+        native, skip, counts = crop
         return make(
             "crop",
             native,
             f"symmetric padding {native}, then a view without the surplus outputs "
-            f"({_ratio(surplus, traced)} computed)",
+            f"({_ratio(counts, traced)} computed)",
             skip=skip,
         )
     grouped = groups > 1 and groups == in_channels
@@ -369,6 +397,18 @@ def plan_pool(
     )
 
 
+def _ceil_overhang_always(k: int, s: int, d: int, lo: int, hi: int) -> bool:
+    """``ceil_mode`` with pads ``(lo, lo)`` gives the windows of pads ``(lo, hi)`` at every
+    input size. Both output lengths grow by one when the size grows by ``s`` (ceil mode's
+    dropped last window included), so one period of sizes from the smallest that fits
+    decides it: a static fact, where a symbolic size must not be compared."""
+    first = max(d * (k - 1) + 1 - lo - hi, 1)
+    return all(
+        pool_output_size(n, k, s, d, lo, lo, True) == pool_output_size(n, k, s, d, lo, hi)
+        for n in range(first, first + s)
+    )
+
+
 def _plan_pool(
     op: str,
     pairs: Pairs,
@@ -414,7 +454,7 @@ def _plan_pool(
         return explicit("torch's avg_pool has no dilation: window sums over a strided view")
     if not native_dtype:
         return explicit("the dtype has no native kernel for this pool")
-    if op == "avg_pool" and nd == 3 and any(nn < kk for nn, kk in zip(n, k)):
+    if op == "avg_pool" and nd == 3 and not all(_known(nn >= kk) for nn, kk in zip(n, k)):
         return explicit("torch's avg_pool3d refuses an input shorter than the kernel")
 
     def fits(p: Sequence[int]) -> bool:  # torch: pad <= kernel // 2 (raw kernel)
@@ -449,28 +489,30 @@ def _plan_pool(
         all(lo <= hi for lo, hi in pairs)
         and fits(lows)
         and (op == "max_pool" or not count_include_pad)
-    ):
-        native_out = tuple(
-            pool_output_size(nn, kk, ss, dd, lo, lo, True)
-            for nn, kk, ss, dd, lo in zip(n, k, s, d, lows)
+        and all(
+            # traced, the size may be symbolic: only what holds at every size counts
+            _ceil_overhang_always(kk, ss, dd, lo, hi)
+            if traced
+            else pool_output_size(nn, kk, ss, dd, lo, lo, True) == o
+            for nn, kk, ss, dd, (lo, hi), o in zip(n, k, s, d, pairs, out)
         )
-        if native_out == out:
-            return make(
-                "ceil_mode",
-                lows,
-                "the end pads are the ceil_mode overhang, which never counts",
-                ceil=True,
-            )
+    ):
+        return make(
+            "ceil_mode",
+            lows,
+            "the end pads are the ceil_mode overhang, which never counts",
+            ceil=True,
+        )
 
     if not ceil_mode:
         crop = _crop_layout(pairs, k, s, d, n)
-        if crop is not None and fits(crop[0]) and crop[2] <= _CROP_MAX_SURPLUS:
-            native, skip, surplus = crop
+        if crop is not None and fits(crop[0]) and _surplus_ok(crop[2]):
+            native, skip, counts = crop
             return make(
                 "crop",
                 native,
                 f"symmetric padding {native}, then a view without the surplus outputs "
-                f"({_ratio(surplus, traced)} computed)",
+                f"({_ratio(counts, traced)} computed)",
                 skip=skip,
             )
     if any(lo > kk // 2 or hi > kk // 2 for (lo, hi), kk in zip(pairs, k)):
