@@ -489,6 +489,10 @@ def _run_conv_torch(
     extend: Callable[[Tensor], Tensor] | None,
 ) -> Tensor:
     """A conv plan on torch's kernels."""
+    if plan.strategy in ("zero_extend", "crop") and torch.compiler.is_exporting():
+        # torch.export: F.pad + the conv with the symmetric part, the form graph quantizers
+        # (PT2E) and delegates recognise (a crop's surplus outputs would be observed)
+        plan = _as_residual_pad(plan)
     if plan.strategy == "zero_extend" and (
         _needs_grad(x, weight, bias) or has_torch_function((weight,))
     ):

@@ -36,6 +36,8 @@ pytestmark = [
     pytest.mark.filterwarnings("ignore:torch.ao.quantization is deprecated:DeprecationWarning"),
     pytest.mark.filterwarnings("ignore:Please use quant_min and quant_max:UserWarning"),
     pytest.mark.filterwarnings("ignore:torch.quantize_per_tensor:UserWarning"),
+    # torchao keeps its XNNPACK quantizer for testing (the maintained one lives in executorch)
+    pytest.mark.filterwarnings("ignore:XNNPACKQuantizer is deprecated:UserWarning"),
 ]
 
 
@@ -257,3 +259,107 @@ def test_eager_qat_refuses_a_transposed_conv_with_batchnorm() -> None:
     model = nn.Sequential(pn.ConvTranspose2d(2, 2, 3, padding=((0, 1), (1, 0))), nn.BatchNorm2d(2))
     with pytest.raises(NotImplementedError, match="transposed convs"):
         fuse_modules_qat(model.train(), [["0", "1"]])
+
+
+# ----------------------------------------------------------------------------- PT2E
+
+pt2e = pytest.importorskip("torchao.quantization.pt2e.quantize_pt2e")
+
+
+def x86_quantizer() -> Any:
+    from torchao.quantization.pt2e.quantizer import x86_inductor_quantizer as xiq
+
+    return xiq.X86InductorQuantizer().set_global(xiq.get_default_x86_inductor_quantization_config())
+
+
+def xnnpack_quantizer() -> Any:
+    xnn = pytest.importorskip("torchao.testing.pt2e._xnnpack_quantizer")
+    return xnn.XNNPACKQuantizer().set_global(xnn.get_symmetric_quantization_config())
+
+
+QUANTIZERS = {"x86_inductor": x86_quantizer, "xnnpack": xnnpack_quantizer}
+
+
+def pt2e_prepared(model: nn.Module, quantizer: Any, example: Tensor, **kw: Any) -> Any:
+    exported = torch.export.export(model.eval(), (example,), **kw).module()
+    return pt2e.prepare_pt2e(exported, quantizer)
+
+
+def quantized_convs(gm: Any) -> int:
+    """Convs whose activation input is dequantized from int8 (i.e. quantized convs)."""
+    count = 0
+    for node in gm.graph.nodes:
+        if node.op == "call_function" and node.target == torch.ops.aten.conv2d.default:
+            src = node.args[0]
+            count += "dequantize" in str(getattr(src, "target", ""))
+    return count
+
+
+@pytest.mark.parametrize("name", sorted(QUANTIZERS))
+@pytest.mark.parametrize("size", [10, 9])
+def test_pt2e_matches_the_quantized_twin(name: str, size: int) -> None:
+    model, twin = models(stubs=False)
+    data = calibration((size,))
+    converted = []
+    for m, quantizer in (
+        (model, pq.PadkitQuantizer(QUANTIZERS[name]())),
+        (twin, QUANTIZERS[name]()),
+    ):
+        prepared = pt2e_prepared(m, quantizer, data[0])
+        for x in data:
+            prepared(x)
+        converted.append(pt2e.convert_pt2e(prepared))
+    ours, ref = converted
+    assert quantized_convs(ours) == quantized_convs(ref) == 3
+    targets = {str(n.target) for n in ours.graph.nodes}
+    assert not any("batch_norm" in t for t in targets)  # folded
+    x = torch.randn(2, 3, size, size + 1)
+    out_scale = [
+        n.args[1] for n in ref.graph.nodes if "quantize_per_tensor" in str(n.target)
+    ]  # every activation scale; the output's is among them
+    assert_within_one_step(ours(x), ref(x), max(float(s) for s in out_scale))
+
+
+def test_pt2e_convert_is_fast() -> None:
+    import time
+
+    model, _ = models(stubs=False)
+    data = calibration((10,))
+    prepared = pt2e_prepared(model, pq.PadkitQuantizer(x86_quantizer()), data[0])
+    prepared(data[0])
+    start = time.perf_counter()
+    pt2e.convert_pt2e(prepared)
+    assert time.perf_counter() - start < 5.0
+
+
+def test_pt2e_same_at_another_size() -> None:
+    """A static export refuses other sizes (torch.export's guard); a dynamic one resolves
+    'same' per size and equals the twin exported at that size with the same observers."""
+    model, twin = models(stubs=False)
+    data = calibration((10,))
+    quantizer = pq.PadkitQuantizer(x86_quantizer())
+    static = pt2e_prepared(copy.deepcopy(model), quantizer, data[0])
+    for x in data:
+        static(x)
+    with pytest.raises(Exception, match="size"):
+        pt2e.convert_pt2e(static)(torch.randn(2, 3, 13, 11))
+
+    h = torch.export.Dim("h", min=6, max=64)
+    ours = pt2e_prepared(
+        model, pq.PadkitQuantizer(x86_quantizer()), data[0], dynamic_shapes=({2: h},)
+    )
+    ref10 = pt2e_prepared(twin, x86_quantizer(), data[0])
+    for x in data:
+        ours(x)
+        ref10(x)
+    x = torch.randn(2, 3, 13, 11)
+    ref13 = pt2e_prepared(twin, x86_quantizer(), x)
+    ref13.load_state_dict(ref10.state_dict())  # the calibrated observers
+    q_ours, q_ref = pt2e.convert_pt2e(ours), pt2e.convert_pt2e(ref13)
+    assert quantized_convs(q_ours) == 3
+    torch.testing.assert_close(q_ours(x), q_ref(x), rtol=0, atol=1e-6)
+
+
+def test_padkit_quantizer_refuses_a_non_quantizer() -> None:
+    with pytest.raises(TypeError, match="quantizer must be a torchao PT2E Quantizer"):
+        pq.PadkitQuantizer("x86")

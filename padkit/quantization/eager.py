@@ -37,9 +37,9 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.ao.nn.intrinsic.modules.fused import _FusedModule
 
-from . import functional as PF
-from .op import Op
-from .spec import Padding
+from .. import functional as PF
+from ..op import Op
+from ..spec import Padding
 
 __all__ = [
     "ConvBn1d",
