@@ -81,24 +81,6 @@ class _Recorder:
         return hook
 
 
-def _time_axis(full: Tensor, parts: list[Tensor]) -> tuple[int | None, list[int]]:
-    """The axis along which ``parts`` should concatenate to ``full``: the candidates are the
-    axes on which only the parts' sizes may differ from ``full``'s."""
-    cands = [
-        a
-        for a in range(full.dim())
-        if all(
-            p.dim() == full.dim()
-            and all(p.shape[b] == full.shape[b] for b in range(full.dim()) if b != a)
-            for p in parts
-        )
-    ]
-    for a in cands:
-        if sum(int(p.shape[a]) for p in parts) == int(full.shape[a]):
-            return a, cands
-    return None, cands
-
-
 def probe_stream(stream: Any, chunk: Tensor) -> None:
     """Stream a random sequence shaped like ``chunk`` through ``stream`` and compare every
     module with the full-sequence run; raise :class:`PaddingError` naming the first module
@@ -122,7 +104,7 @@ def probe_stream(stream: Any, chunk: Tensor) -> None:
     with torch.no_grad(), rec:
         rec.on = True
         try:
-            full = model(x)
+            model(x)
         except Exception:  # the full run fails too: the model's own problem, not streaming's
             return
         full_out = rec.outputs
@@ -131,7 +113,6 @@ def probe_stream(stream: Any, chunk: Tensor) -> None:
         rec.on = False
         state = stream.init_state(example=x.narrow(axis, 0, 1))
         rec.on = True
-        steps = 0
         for part in torch.split(x, sizes, dim=axis):
             rec.stack = []
             try:
@@ -139,6 +120,9 @@ def probe_stream(stream: Any, chunk: Tensor) -> None:
             except PaddingError:
                 raise
             except Exception as err:  # a raw torch error inside some module's own code
+                # a module that already returned a wrong stream is the cause; else the one
+                # whose code raised
+                _first_wrong(rec, full_out, full_order, n, sizes, final=False)
                 where = rec.stack[-1] if rec.stack else None
                 label = (
                     f"{type(rec.modules[where]).__name__} {rec.names[where]!r}"
@@ -150,36 +134,58 @@ def probe_stream(stream: Any, chunk: Tensor) -> None:
                     f"sample(s) ({type(err).__name__}: {str(err).splitlines()[0]}) although the "
                     f"full sequence runs. {_HINT}"
                 ) from None
-            steps += 1
-    del full
+    _first_wrong(rec, full_out, full_order, n, sizes, final=True)
+
+
+def _first_wrong(
+    rec: _Recorder,
+    full_out: dict[int, list[Any]],
+    full_order: list[int],
+    n: int,
+    sizes: list[int],
+    *,
+    final: bool,
+) -> None:
+    """Raise naming the first module (in the order they return) whose streamed outputs so far
+    are not the start of its full-sequence output (``final``: not all of it)."""
     for key in full_order:
         fulls = full_out[key]
         parts = rec.outputs.get(key, [])
-        if len(fulls) != 1 or len(parts) != steps or fulls[0] is None:
+        if len(fulls) != 1 or fulls[0] is None or not parts or any(p is None for p in parts):
             continue  # called several times per run, or returns no single tensor
-        if any(p is None for p in parts):
-            continue
         f = fulls[0]
         label = f"{type(rec.modules[key]).__name__} {rec.names[key]!r}"
-        a, cands = _time_axis(f, parts)
-        if a is None:
-            if len(cands) == 1:
-                got = sum(int(p.shape[cands[0]]) for p in parts)
-                raise PaddingError(
-                    f"StreamingModule: {label} returned {got} time steps in all over a probe "
-                    f"of {n} samples streamed in chunks {sizes}, where the full-sequence run "
-                    f"returns {int(f.shape[cands[0]])}. {_HINT}"
-                )
-            continue
-        if not f.is_floating_point():
+        cands = [
+            a
+            for a in range(f.dim())
+            if all(
+                p.dim() == f.dim()
+                and all(p.shape[b] == f.shape[b] for b in range(f.dim()) if b != a)
+                for p in parts
+            )
+        ]
+        if len(cands) != 1:
+            continue  # no time axis to compare along (or several: ambiguous)
+        a = cands[0]
+        got = sum(int(p.shape[a]) for p in parts)
+        want = int(f.shape[a])
+        if got > want or (final and got != want):
+            raise PaddingError(
+                f"StreamingModule: {label} returned {got} time steps in all over "
+                f"{'a probe' if final else 'the start of a probe'} of {n} samples streamed in "
+                f"chunks {sizes}, where the full-sequence run returns {want}"
+                f"{'' if final else f' for all {n}'}. {_HINT}"
+            )
+        if not f.is_floating_point() or got == 0:
             continue
         streamed = torch.cat(parts, dim=a)
-        scale = float(f.abs().max()) if f.numel() else 0.0
-        diff = float((streamed - f).abs().max()) if f.numel() else 0.0
+        ref = f.narrow(a, 0, got)
+        scale = float(ref.abs().max())
+        diff = float((streamed - ref).abs().max())
         if not diff <= 1e-4 * (1.0 + scale):
             raise PaddingError(
-                f"StreamingModule: {label} returns the full run's number of time steps when "
-                f"streamed (a probe of {n} samples in chunks {sizes}) but values that differ "
-                f"by {diff:.3g}: its forward computes over time in code the streamer does not "
-                "see, or branches it adds emit their samples at different times. " + _HINT
+                f"StreamingModule: {label} streams values that differ from the full run's by "
+                f"{diff:.3g} (a probe of {n} samples in chunks {sizes}): its forward computes "
+                "over time in code the streamer does not see, or branches it adds emit their "
+                "samples at different times. " + _HINT
             )

@@ -444,6 +444,11 @@ def _plan_layer(name: str, layer: nn.Module, axis: int, lookahead: bool = False)
             "pads that keep the length (lo + hi = k_eff - 1: 'same', 'causal', symmetric "
             "(k-1)/2)"
         )
+    if 0 < hi < s[ti] and not lookahead:
+        # a right pad shorter than the stride only completes the last, partial stride window
+        # (EnCodec's extra padding; explicit (k_eff - s, s - 1) pairs): the windows before it
+        # never read it, and a stream emits them; the partial one exists only at the end
+        hi = 0
     if hi != 0 and not lookahead:
         raise PaddingError(
             f"StreamingModule: {what} pads the time axis (axis {axis}) with {(lo, hi)}: the "
@@ -462,11 +467,20 @@ def _plan_layer(name: str, layer: nn.Module, axis: int, lookahead: bool = False)
             )
         if tmode == "replicate":
             replicate = True
+        elif tmode == "reflect":
+            raise PaddingError(
+                f"StreamingModule: {what} pads the time axis in mode 'reflect': its first "
+                f"outputs read samples 1..{lo} of the sequence, so a stream could emit them only "
+                "after a start-up delay, which padkit does not implement yet; stream with "
+                "'zeros' or 'replicate' (repeat the first frame) on the time axis (EnCodec: "
+                "pad_mode='constant')"
+            )
         elif tmode != "zeros":
             raise PaddingError(
                 f"StreamingModule: {what} pads the time axis in mode {tmode!r}, which reads "
-                "samples from the future; stream with 'zeros' or 'replicate' (repeat the first "
-                "frame) on the time axis, e.g. padding_mode=('replicate', 'zeros', 'zeros')"
+                "samples from the end of the sequence; stream with 'zeros' or 'replicate' "
+                "(repeat the first frame) on the time axis, e.g. padding_mode=('replicate', "
+                "'zeros', 'zeros')"
             )
     return _Plan(name, kind, nd, ti, k, s, d, lo, replicate, is_padkit, hi)
 

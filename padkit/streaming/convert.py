@@ -50,10 +50,12 @@ from torch.overrides import TorchFunctionMode
 from .. import nn as pnn
 from ..spec import PaddingError, _tuple_of
 from ..surgery._common import Change, Skip, SurgeryError, SurgeryReport
+from ._wrappers import find_wrapper, unpadded_class
 
 __all__ = ["ConvertedConv1d", "ConvertedConv2d", "ConvertedConv3d", "convert_causal"]
 
 _TORCH_CONVS = (nn.Conv1d, nn.Conv2d, nn.Conv3d)
+_TORCH_CONVTS = (nn.ConvTranspose1d, nn.ConvTranspose2d, nn.ConvTranspose3d)
 _BASE_FORWARD: dict[int, Any] = {1: nn.Conv1d.forward, 2: nn.Conv2d.forward, 3: nn.Conv3d.forward}
 _ZERO_PADS = (
     nn.ConstantPad1d,
@@ -567,6 +569,32 @@ def convert_causal(
         ti = axis - 2 if axis >= 0 else nd + axis
         return ti if 0 <= ti < nd else -1
 
+    # (w) wrappers whose forward pads before, or crops after, their only conv child (codecs)
+    for m in list(net.modules()):
+        kids = list(m.children())
+        if isinstance(m, _TORCH_CONVS + _TORCH_CONVTS) or len(kids) != 1:
+            continue
+        nd_w = len(getattr(kids[0], "kernel_size", ()))
+        found = find_wrapper(
+            m, by_module.get(id(m), []), by_module.get(id(kids[0]), []), time_index(nd_w)
+        )
+        if found is None:
+            continue
+        if isinstance(found, str):
+            if found:
+                report.skipped.append(Skip(name(m), found))
+            done.add(id(m))  # its pad code is not a pad the later passes could move either
+            continue
+        old_child = kids[0]
+        _transfer(old_child, found.new)
+        m._modules[found.child] = found.new
+        m.__class__ = unpadded_class(type(m))
+        m.__dict__["_padkit_child"] = found.child
+        done.update((id(m), id(old_child)))
+        report.changes.append(
+            Change(name(m), found.before, _brief(found.new), ("padding",), detail=found.detail)
+        )
+
     # (a) conv subclasses that pad themselves
     for m in list(net.modules()):
         if not isinstance(m, _TORCH_CONVS) or _is_plain_forward(m):
@@ -679,7 +707,7 @@ def convert_causal(
 
     # (d) F.pad written in a module's forward, feeding convs: trace that module, drop the pad
     for m in list(net.modules()):
-        if id(m) not in inline_pads or isinstance(m, _TORCH_CONVS):
+        if id(m) not in inline_pads or isinstance(m, _TORCH_CONVS) or id(m) in done:
             continue
         traced = _drop_inline_pads(m, time_index)
         if isinstance(traced, str):
@@ -778,7 +806,11 @@ def _drop_inline_pads(
         node.replace_all_uses_with(node.args[0])
         gm.graph.erase_node(node)
     if not moved:
-        return "F.pad in its forward does not feed convs only (or pads non-constant)"
+        return (
+            "F.pad in its forward either feeds more than convs, or pads by amounts that are not "
+            "ints (computed at run time) or in a mode other than constant zeros; such pads are "
+            "moved only when the module's only child is the conv it feeds"
+        )
     gm.recompile()
     gm.train(module.training)
     return gm, moved

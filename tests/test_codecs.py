@@ -1,0 +1,198 @@
+"""Neural audio codecs from Hugging Face transformers (small configs, random weights, no
+downloads) streamed end to end: ``convert_causal`` moves the pads and crops their wrapper
+modules write in tensor code into padkit layers, and ``StreamingModule`` streams the result,
+LSTMs included, equal to the HF module's own full-sequence output."""
+
+from __future__ import annotations
+
+import functools
+import random
+
+import pytest
+import torch
+from torch import Tensor, nn
+
+from padkit import PaddingError
+from padkit.streaming import StreamingModule, convert_causal
+
+transformers = pytest.importorskip("transformers")
+
+HOP = 8  # upsampling_ratios [4, 2]
+
+
+@functools.cache
+def encodec(pad_mode: str) -> nn.Module:
+    torch.manual_seed(0)
+    config = transformers.EncodecConfig(
+        num_filters=4,
+        upsampling_ratios=[4, 2],
+        hidden_size=8,
+        codebook_size=16,
+        num_lstm_layers=2,
+        use_causal_conv=True,
+        pad_mode=pad_mode,
+        audio_channels=1,
+    )
+    return transformers.EncodecModel(config).eval()
+
+
+@functools.cache
+def mimi() -> nn.Module:
+    torch.manual_seed(0)
+    config = transformers.MimiConfig(
+        num_filters=4,
+        upsampling_ratios=[4, 2],
+        hidden_size=8,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        head_dim=4,
+        intermediate_size=16,
+        codebook_size=16,
+        codebook_dim=8,
+        num_quantizers=2,
+        sampling_rate=200,
+        frame_rate=12.5,
+        upsample_groups=8,
+    )
+    return transformers.MimiModel(config).eval()
+
+
+class Chain(nn.Module):
+    """Two modules in series (Mimi's SEANet encoder and its downsample conv)."""
+
+    def __init__(self, a: nn.Module, b: nn.Module) -> None:
+        super().__init__()
+        self.a, self.b = a, b
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.b(self.a(x))  # type: ignore[no-any-return]
+
+
+def stream(sm: StreamingModule, x: Tensor, sizes: list[int]) -> Tensor:
+    state = sm.init_state(example=x[..., :1])
+    outs = []
+    for chunk in x.split(sizes, -1):
+        y, state = sm.step(chunk, state)
+        outs.append(y)
+    return torch.cat(outs, -1)
+
+
+def chunkings(n: int) -> list[list[int]]:
+    rng = random.Random(n)
+    rand: list[int] = []
+    while sum(rand) < n:
+        rand.append(min(rng.randint(1, 23), n - sum(rand)))
+    primes = [7] * (n // 7) + ([n % 7] if n % 7 else [])
+    return [[1] * n, primes, rand]
+
+
+def parts() -> list[tuple[str, nn.Module, Tensor]]:
+    e = encodec("constant")
+    m = mimi()
+    return [
+        ("encodec-encoder", e.encoder, torch.randn(3, 1, 6 * HOP)),
+        ("encodec-decoder", e.decoder, torch.randn(3, 8, 6)),
+        (
+            "mimi-encoder",
+            Chain(m.encoder.encoder_seanet, m.encoder.downsample),
+            torch.randn(3, 1, 8 * HOP),
+        ),
+        ("mimi-decoder", Chain(m.decoder.upsample, m.decoder.decoder_seanet), torch.randn(3, 8, 4)),
+    ]
+
+
+@pytest.mark.parametrize(
+    "index", range(4), ids=["encodec-enc", "encodec-dec", "mimi-enc", "mimi-dec"]
+)
+def test_codec_streams_exactly_after_convert_causal(index: int) -> None:
+    _, model, x = parts()[index]
+    new, report = convert_causal(model, x[:1])
+    assert report.changes and not report.skipped, str(report)
+    sm = StreamingModule(new)
+    with torch.no_grad():
+        full = model(x)  # the HF module itself, full sequence
+        for sizes in chunkings(x.shape[-1]):
+            torch.testing.assert_close(stream(sm, x, sizes), full, rtol=1e-4, atol=1e-5)
+        # per-row reset at a hop boundary: row 1 restarts and equals its stream run alone
+        a, state = sm.step(x[..., : x.shape[-1] // 2], sm.init_state(example=x[..., :1]))
+        state = sm.reset_rows(state, [1])
+        b, _ = sm.step(x[..., x.shape[-1] // 2 :], state)
+        torch.testing.assert_close(
+            torch.cat([a, b], -1)[[0, 2]], full[[0, 2]], rtol=1e-4, atol=1e-5
+        )
+        torch.testing.assert_close(
+            b[1:2], model(x[1:2, :, x.shape[-1] // 2 :]), rtol=1e-4, atol=1e-5
+        )
+
+
+def test_convert_causal_reports_what_the_codec_wrappers_pad() -> None:
+    e = encodec("constant")
+    _, report = convert_causal(e.encoder, torch.zeros(1, 1, 6 * HOP))
+    text = str(report)
+    assert "EncodecConv1d (pads (6, 0) in mode 'zeros'" in text  # the 0-d buffer pad
+    assert "completes the last stride window" in text  # the extra padding of strided convs
+    _, report = convert_causal(e.decoder, torch.zeros(1, 8, 6))
+    assert "crops (0, 4) off its" in str(report)  # EncodecConvTranspose1d's slice, k=8 s=4
+
+
+def test_extra_padding_keeps_the_offline_output_for_every_length() -> None:
+    """EnCodec pads the end so that a partial last stride window still gives a frame; the
+    converted model does the same offline, and a stream emits the complete frames only."""
+    e = encodec("constant")
+    new, _ = convert_causal(e.encoder, torch.zeros(1, 1, 6 * HOP))
+    x = torch.randn(2, 1, 6 * HOP + 3)
+    with torch.no_grad():
+        full = e.encoder(x)
+        torch.testing.assert_close(new(x), full, rtol=1e-5, atol=1e-6)
+        assert full.shape[-1] == 7
+        streamed = stream(StreamingModule(new), x, [5] * 10 + [1])
+    assert streamed.shape[-1] == 6
+    torch.testing.assert_close(streamed, full[..., :6], rtol=1e-4, atol=1e-5)
+
+
+def test_reflect_pads_convert_and_are_refused_by_the_stream_with_the_reason() -> None:
+    e = encodec("reflect")
+    x = torch.randn(2, 1, 6 * HOP)
+    new, report = convert_causal(e.encoder, x[:1])
+    assert "mode 'reflect'" in str(report)
+    with torch.no_grad():
+        torch.testing.assert_close(new(x), e.encoder(x), rtol=1e-5, atol=1e-6)
+    with pytest.raises(PaddingError, match=r"'reflect': its first outputs read samples 1\.\.6"):
+        StreamingModule(new)
+
+
+def test_unconverted_codecs_raise_naming_the_module() -> None:
+    e = encodec("constant")
+    m = mimi()
+    sm = StreamingModule(m.encoder.downsample)  # pad_mode="replicate", extra padding
+    x = torch.randn(1, 8, 16)
+    with pytest.raises(PaddingError, match="MimiConv1d '<model>' returned 15 time steps"):
+        sm.step(x[..., :7], sm.init_state(example=x[..., :1]))
+    for model in (e.encoder, m.encoder.encoder_seanet):
+        sm = StreamingModule(model)
+        x = torch.randn(1, 1, 64)
+        with pytest.raises(PaddingError, match=r"Conv1d 'layers\.0'"):
+            sm.step(x[..., :7], sm.init_state(example=x[..., :1]))
+
+
+def test_codec_step_exports_to_onnx_with_its_lstm_state(tmp_path: object) -> None:
+    import onnxruntime as ort
+
+    e = encodec("constant")
+    x = torch.randn(3, 1, 6 * HOP)
+    new, _ = convert_causal(e.encoder, x[:1])
+    sm = StreamingModule(new)
+    path = str(tmp_path) + "/encodec_step.onnx"  # type: ignore[operator]
+    names = sm.export_onnx(path, torch.zeros(2, 1, HOP))
+    assert any(k.endswith(".lstm.c") for k in names)
+    sess = ort.InferenceSession(path)
+    state = sm.init_state(example=x[..., :1])
+    values = [state[k].numpy() for k in names]
+    outs = []
+    for chunk in x.split(HOP, -1):
+        feed = {"chunk": chunk.numpy(), **{f"state_in.{k}": v for k, v in zip(names, values)}}
+        out, *values = sess.run(None, feed)
+        outs.append(torch.from_numpy(out))
+    with torch.no_grad():
+        torch.testing.assert_close(torch.cat(outs, -1), e.encoder(x), rtol=1e-4, atol=1e-5)
