@@ -86,6 +86,16 @@ class LayerReport:
         exports_to: torch and padkit layers: the ONNX form padkit's export gives.
         imports_as: ONNX nodes: the padkit layer :func:`padkit.onnx.load` builds.
         warnings: what to watch for when this layer moves between frameworks.
+        macs: multiply-accumulates of the declared op for one sample at the traced size
+            (convs: ``C_out * prod(out) * C_in/groups * prod(kernel)``, transposed convs
+            ``C_in * prod(in) * C_out/groups * prod(kernel)``, pools: one per window tap,
+            ``C * prod(out) * prod(kernel)``); None where the sizes are not known.
+        plan: padkit layers: the plan that runs at the traced size (see
+            :meth:`padkit.nn.Conv2d.plan`); None for other layers.
+        plan_macs: the same count for what runs: a ``crop`` plan's torch kernel computes
+            outputs it then drops, a ``zero_extend`` plan's kernel has zero taps. It equals
+            ``macs`` for every other plan and layer. The plan is the inference one: where a
+            gradient is needed a ``zero_extend`` conv runs as ``residual_pad`` (``macs``).
     """
 
     name: str
@@ -108,6 +118,9 @@ class LayerReport:
     exports_to: str | None
     imports_as: str | None
     warnings: tuple[str, ...]
+    macs: int | None = None
+    plan: str | None = None
+    plan_macs: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The report as JSON-ready plain data (tuples become lists).
@@ -414,7 +427,59 @@ def _torch_report(
         exports_to=exports,
         imports_as=None,
         warnings=tuple(notes),
+        **_mac_counts(m, f, traced, out),
     )
+
+
+def _prod(values: Sequence[int]) -> int:
+    total = 1
+    for v in values:
+        total *= v
+    return total
+
+
+def _mac_counts(
+    m: Any,
+    f: _Facts,
+    traced: tuple[tuple[int, ...], tuple[int, ...] | None] | None,
+    out: tuple[int, ...] | None,
+) -> dict[str, Any]:
+    """``macs``, ``plan`` and ``plan_macs`` of one torch or padkit layer at its traced size."""
+    if traced is None or out is None or len(traced[0]) < f.nd + 1:
+        return {}
+    shape = traced[0]
+    n = tuple(shape[-f.nd :])
+    channels = shape[-f.nd - 1]
+    if f.kind in ("conv", "conv_transpose"):
+        cin, cout, groups = m.in_channels, m.out_channels, m.groups
+        if f.kind == "conv_transpose":
+            macs = cin * _prod(n) * (cout // groups) * _prod(f.kernel)
+            return {"macs": macs, "plan_macs": macs}
+        per_out = cout * (cin // groups)
+    else:
+        per_out = channels
+    macs = per_out * _prod(out) * _prod(f.kernel)
+    plan_of = getattr(m, "plan", None)
+    if type(m).__module__ != "padkit.nn" or not callable(plan_of):
+        return {"macs": macs, "plan_macs": macs}
+    try:
+        plan = plan_of(shape)
+    except (PaddingError, TypeError, ValueError):
+        return {"macs": macs, "plan_macs": macs}
+    run_k = tuple(k + lo + hi for k, (lo, hi) in zip(f.kernel, plan.kernel_ext))
+    run_out = tuple(
+        pool_output_size(ni + a + b, ki, si, di, p, p, ceil_mode=plan.ceil_mode)
+        if plan.ceil_mode
+        else conv_output_size(ni + a + b, ki, si, di, p, p)
+        for ni, (a, b), ki, si, di, p in zip(
+            n, plan.pre_pad, run_k, f.stride, f.dilation, plan.native_padding
+        )
+    )
+    return {
+        "macs": macs,
+        "plan": plan.strategy,
+        "plan_macs": per_out * _prod(run_out) * _prod(run_k),
+    }
 
 
 def _export_form(f: _Facts, pairs: Pairs | None) -> tuple[str, str]:
@@ -757,6 +822,16 @@ def inspect_model(
     return _inspect_onnx(_read_onnx(model), input_shape)
 
 
+def _run_macs_text(r: LayerReport) -> str:
+    """What runs, where it differs from the declared op: ``'55,488 crop (+13%)'``."""
+    if r.macs is None or r.plan_macs is None:
+        return "?"
+    if r.plan_macs == r.macs:
+        return "same"
+    extra = f" (+{round(100 * (r.plan_macs - r.macs) / r.macs)}%)" if r.macs else ""
+    return f"{r.plan_macs:,} {r.plan or ''}{extra}"
+
+
 def format_table(reports: Sequence[LayerReport]) -> str:
     """The reports as a text table, followed by their warnings.
 
@@ -784,8 +859,11 @@ def format_table(reports: Sequence[LayerReport]) -> str:
         "auto_pad",
         "sym",
         "size-dep",
+        "MACs",
+        "run MACs",
         last,
     ]
+    counted = any(r.macs is not None for r in reports)  # MAC columns only where sizes are known
     rows = [header]
     for r in reports:
         pads = _pairs_text(r.pads) if r.pads is not None else f"{r.padding} (size?)"
@@ -803,10 +881,14 @@ def format_table(reports: Sequence[LayerReport]) -> str:
                 r.auto_pad,
                 sym,
                 "yes" if r.size_dependent else "no",
+                "?" if r.macs is None else f"{r.macs:,}",
+                _run_macs_text(r),
                 (r.imports_as if onnx_side else r.exports_to) or "",
             ]
         )
-    widths = [max(len(row[i]) for row in rows) for i in range(len(header) - 1)]
+    if not counted:
+        rows = [row[:-3] + row[-1:] for row in rows]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
     lines = [
         "  ".join(cell.ljust(w) for cell, w in zip(row[:-1], widths)) + "  " + row[-1]
         for row in rows

@@ -347,6 +347,10 @@ def test_lower_a_model_and_count_its_macs_with_ptflops() -> None:
         return int(count)
 
     assert macs(lowered) == macs(torch_twin(model))
+    tp = pytest.importorskip("torch_pruning")  # it looks modules up by exact class too
+    ops_lowered, _ = tp.utils.count_ops_and_params(lowered, x)
+    ops_twin, _ = tp.utils.count_ops_and_params(torch_twin(model), x)
+    assert ops_lowered == ops_twin
     with pytest.raises(PaddingError, match=r"layer '0'.*\(16, 16\).*got input size \(15, 15\)"):
         lowered(example(1, size=15))
 
@@ -377,3 +381,36 @@ def test_lower_refuses_what_torch_layers_cannot_compute() -> None:
         lower(nn.Sequential(shared, shared), x)
     with pytest.raises(TypeError, match="example inputs"):
         lower(shared)
+
+
+# ----------------------------------------------------------------------------- FLOP counts
+
+
+@pytest.mark.filterwarnings("ignore::torch.jit.TracerWarning")
+def test_inspect_counts_the_declared_op_and_what_runs_as_fvcore_does() -> None:
+    """fvcore counts the conv that runs (one flop per multiply-accumulate): on the padkit
+    layer that is ``plan_macs`` (a crop plan's surplus outputs, a zero_extend plan's zero
+    taps), on the torch twin (F.pad + the unpadded conv) it is ``macs``."""
+    fvcore = pytest.importorskip("fvcore.nn")
+    from padkit.inspect import inspect_model
+
+    cases = [
+        (pn.Conv2d(3, 8, (2, 4), padding=((0, 1), (1, 2))), (1, 2, 0, 1), 1, "crop"),
+        (pn.Conv2d(8, 8, 3, stride=2, padding="same", groups=8), (0, 1, 0, 1), 2, "zero_extend"),
+        (pn.Conv2d(3, 8, 3, padding=1), (1, 1, 1, 1), 1, "native"),
+    ]
+    for conv, pad, stride, strategy in cases:
+        x = torch.randn(1, conv.in_channels, SIZE, SIZE)
+        (report,) = inspect_model(conv, input_shape=tuple(x.shape))
+        assert report.plan == strategy
+        twin = nn.Sequential(
+            nn.ZeroPad2d(pad),
+            nn.Conv2d(conv.in_channels, 8, conv.kernel_size, stride, groups=conv.groups),
+        )
+        with torch.no_grad():
+            ran = fvcore.FlopCountAnalysis(conv, x).unsupported_ops_warnings(False).total()
+            declared = fvcore.FlopCountAnalysis(twin, x).unsupported_ops_warnings(False).total()
+        assert report.macs == declared
+        assert report.plan_macs == ran
+        assert report.macs is not None and report.plan_macs is not None
+        assert (report.plan_macs > report.macs) == (strategy != "native")
