@@ -431,7 +431,7 @@ def _conv_pairs(
                 one: Pairs = tuple(pairs[i] if j == i else (0, 0) for j in range(nd))
                 x = _apply_pad(x, one, _PAD_MODE_CANON[m], 0.0, fname)
                 zero_pairs[i] = (0, 0)
-    sizes = tuple(x.shape[2:])
+    sizes = _export.static_shape(x)[2:]  # ints under torch.jit.trace (fvcore traces)
     plan = plan_conv(
         tuple(zero_pairs),
         tuple(int(v) for v in weight.shape[2:]),
