@@ -1,7 +1,9 @@
-"""A padkit layer inside DistributedDataParallel (2 CPU processes, gloo backend).
+"""padkit layers inside DistributedDataParallel and FSDP2 (2 CPU processes, gloo backend).
 
 After one forward/backward step the all-reduced (averaged) gradients must equal the
-single-process gradient of the same mean loss over the concatenated batch.
+single-process gradient of the same mean loss over the concatenated batch, and a few
+optimiser steps of data-parallel training (DDP, and FSDP2's ``fully_shard`` with its
+sharded parameters) must end with the parameters of single-process training.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import os
 import socket
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -77,18 +80,23 @@ def _worker(rank: int, port: int, out_dir: str) -> None:
         dist.destroy_process_group()
 
 
-def test_ddp_gradients_equal_single_process(tmp_path: Path) -> None:
-    ctx = mp.spawn(_worker, args=(free_port(), str(tmp_path)), nprocs=WORLD_SIZE, join=False)
+def _run(worker: Any, tmp_path: Path, what: str) -> None:
+    """Run ``worker`` on WORLD_SIZE processes; fail (and stop them) past TIMEOUT_S."""
+    ctx = mp.spawn(worker, args=(free_port(), str(tmp_path)), nprocs=WORLD_SIZE, join=False)
     deadline = time.monotonic() + TIMEOUT_S
     try:
         while not ctx.join(timeout=1.0):
             if time.monotonic() > deadline:
-                pytest.fail(f"DDP workers did not finish within {TIMEOUT_S} s")
+                pytest.fail(f"{what} workers did not finish within {TIMEOUT_S} s")
     finally:
         for proc in ctx.processes:
             if proc.is_alive():
                 proc.terminate()
                 proc.join(5)
+
+
+def test_ddp_gradients_equal_single_process(tmp_path: Path) -> None:
+    _run(_worker, tmp_path, "DDP")
 
     model = build_model()
     loss_of(model(full_batch())).backward()
@@ -105,3 +113,82 @@ def test_ddp_gradients_equal_single_process(tmp_path: Path) -> None:
     first = next(iter(local.parameters())).grad
     assert first is not None
     assert not torch.allclose(first, next(iter(want.values())))
+
+
+STEPS = 3
+
+
+def _init(rank: int, port: int) -> None:
+    torch.set_num_threads(1)
+    os.environ["MASTER_ADDR"] = "127.0.0.1"
+    os.environ["MASTER_PORT"] = str(port)
+    dist.init_process_group(
+        "gloo", rank=rank, world_size=WORLD_SIZE, timeout=datetime.timedelta(seconds=60)
+    )
+
+
+def _train(model: nn.Module, batches: list[torch.Tensor]) -> None:
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    for x in batches:
+        opt.zero_grad()
+        loss_of(model(x)).backward()
+        opt.step()
+
+
+def step_batches() -> list[torch.Tensor]:
+    gen = torch.Generator().manual_seed(2)
+    return [
+        torch.randn(WORLD_SIZE * PER_RANK, 2, 9 + i, 8 + 2 * i, generator=gen, dtype=torch.float64)
+        for i in range(STEPS)  # sizes of both parities: different 'same' pads per step
+    ]
+
+
+def _mine(batches: list[torch.Tensor], rank: int) -> list[torch.Tensor]:
+    return [b[rank * PER_RANK : (rank + 1) * PER_RANK] for b in batches]
+
+
+def _ddp_train_worker(rank: int, port: int, out_dir: str) -> None:
+    _init(rank, port)
+    try:
+        model = nn.parallel.DistributedDataParallel(build_model())
+        _train(model, _mine(step_batches(), rank))
+        torch.save(model.module.state_dict(), Path(out_dir) / f"params{rank}.pt")
+    finally:
+        dist.destroy_process_group()
+
+
+def _fsdp2_train_worker(rank: int, port: int, out_dir: str) -> None:
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    _init(rank, port)
+    try:
+        mesh = init_device_mesh("cpu", (WORLD_SIZE,))
+        model = build_model()
+        for layer in model.children():
+            if any(True for _ in layer.parameters()):
+                fully_shard(layer, mesh=mesh)
+        fully_shard(model, mesh=mesh)
+        # the parameters are sharded: each rank holds part of every weight
+        assert all(type(p).__name__ == "DTensor" for p in model.parameters())
+        _train(model, _mine(step_batches(), rank))
+        full = {k: v.full_tensor() for k, v in model.state_dict().items()}
+        torch.save(full, Path(out_dir) / f"params{rank}.pt")
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("worker", [_ddp_train_worker, _fsdp2_train_worker], ids=["ddp", "fsdp2"])
+def test_data_parallel_training_equals_single_process(tmp_path: Path, worker: Any) -> None:
+    _run(worker, tmp_path, worker.__name__)
+    model = build_model()
+    start = {k: v.clone() for k, v in model.state_dict().items()}
+    _train(model, step_batches())
+    want = model.state_dict()
+    for rank in range(WORLD_SIZE):
+        got = torch.load(tmp_path / f"params{rank}.pt")
+        assert list(got) == list(want)
+        for name, value in got.items():
+            torch.testing.assert_close(value, want[name], rtol=1e-10, atol=1e-12, msg=name)
+    # training moved every weight
+    assert all(not torch.equal(want[k], start[k]) for k in want)
