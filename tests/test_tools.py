@@ -381,6 +381,9 @@ def test_lower_refuses_what_torch_layers_cannot_compute() -> None:
         lower(nn.Sequential(shared, shared), x)
     with pytest.raises(TypeError, match="example inputs"):
         lower(shared)
+    normed = nn.utils.parametrizations.weight_norm(pn.Conv2d(2, 2, 3, padding=1))
+    with pytest.raises(SurgeryError, match=r"parametrized.*remove_parametrizations"):
+        lower(normed, x)
 
 
 # ----------------------------------------------------------------------------- FLOP counts

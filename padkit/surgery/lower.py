@@ -332,11 +332,19 @@ def lower(
     paths = _paths_by_id(target)
     layers = {id(m): m for m in target.modules() if isinstance(m, _PADKIT_LAYERS)}
     for m in layers.values():
-        if type(m).__module__ != PN.__name__:
+        if type(m).__module__ == PN.__name__:
+            continue
+        where = paths[id(m)][0] or "<root>"
+        if nn.utils.parametrize.is_parametrized(m):
             raise SurgeryError(
-                f"{fname}(): {paths[id(m)][0]!r} is a {type(m).__qualname__}, a subclass of "
-                "a padkit layer whose forward lower cannot know; lower its padkit base instead"
+                f"{fname}(): {where!r} is parametrized ({type(m).__qualname__}, e.g. weight "
+                "norm): torch's layer would need the computed weight as a parameter; remove the "
+                "parametrization first (torch.nn.utils.parametrize.remove_parametrizations)"
             )
+        raise SurgeryError(
+            f"{fname}(): {where!r} is a {type(m).__qualname__}, a subclass of a padkit layer "
+            "whose forward lower cannot know; lower its padkit base instead"
+        )
     lowered: dict[int, tuple[nn.Module, tuple[int, ...], str]] = {}
     errors: list[str] = []
 
