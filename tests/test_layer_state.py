@@ -234,7 +234,8 @@ def test_jit_trace_matches_at_the_traced_size() -> None:
     with pytest.warns(Warning):  # torch warns that it specialises sizes (and that trace is old)
         traced = torch.jit.trace(model, x)
     x2 = torch.randn(2, 3, 17, 16)
-    torch.testing.assert_close(traced(x2), model(x2), rtol=0, atol=0)
+    # the trace holds torch's ops; eager may run the oneDNN backend: equal to float rounding
+    torch.testing.assert_close(traced(x2), model(x2))
 
 
 def test_jit_script_compiles_symmetric_layers_and_refuses_the_rest_clearly() -> None:

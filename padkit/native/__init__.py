@@ -168,6 +168,8 @@ class _AutoStart:
         self._lock = threading.Lock()
 
     def start(self) -> Any:
+        if _dispatch._traced():  # a tracer or compiler never builds or loads the library
+            return None
         with self._lock:
             if _dispatch.active is self:
                 _dispatch.active = _dispatch.HOOK if enable(required=False) else None
