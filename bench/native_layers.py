@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import copy
 import sys
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
@@ -127,15 +128,15 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument(
         "--keep-choices",
         action="store_true",
-        help="reuse the choices on disk (default: measure afresh in this run)",
+        help="reuse the choices on disk (default: measure afresh, in a scratch file)",
     )
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
-    native.enable()
+    lib = native.load()
     native.disable()
     native.set_tuning(not args.deterministic)
     if not args.keep_choices:
-        native.forget_choices()
+        _dispatch.HOOK.tuner.attach(Path(tempfile.mkdtemp()), lib.isa, lib.runtime_version)
     info = native.info()
     print(env_header(args.threads))
     print(f"- oneDNN backend: {info['onednn']} from {info['onednn_root']}, ISA {info['isa']}")
