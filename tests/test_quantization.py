@@ -48,6 +48,15 @@ def same_pads(n: int, k: int, s: int) -> tuple[int, int]:
     return total // 2, total - total // 2
 
 
+def tf_same_pad(x: Tensor, k: int, s: int) -> Tensor:
+    """``F.pad`` by TF SAME's pads for this input (fx-wrapped: sizes are read at run time)."""
+    pairs = [same_pads(int(n), k, s) for n in x.shape[2:]]
+    return F.pad(x, [p for pair in reversed(pairs) for p in pair])
+
+
+torch.fx.wrap("tf_same_pad")
+
+
 class Pad(nn.Module):
     """``F.pad`` with fixed (lo, hi) pairs per spatial axis, or TF SAME for (k, s)."""
 
@@ -59,13 +68,9 @@ class Pad(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         if self.same is not None:
-            k, s = self.same
-            pairs = tuple(same_pads(int(n), k, s) for n in x.shape[2:])
-        else:
-            assert self.pairs is not None
-            pairs = self.pairs
-        flat = [p for pair in reversed(pairs) for p in pair]
-        return F.pad(x, flat)
+            return tf_same_pad(x, *self.same)
+        assert self.pairs is not None
+        return F.pad(x, [p for pair in reversed(self.pairs) for p in pair])
 
 
 def models(stubs: bool) -> tuple[nn.Sequential, nn.Sequential]:
@@ -259,6 +264,93 @@ def test_eager_qat_refuses_a_transposed_conv_with_batchnorm() -> None:
     model = nn.Sequential(pn.ConvTranspose2d(2, 2, 3, padding=((0, 1), (1, 0))), nn.BatchNorm2d(2))
     with pytest.raises(NotImplementedError, match="transposed convs"):
         fuse_modules_qat(model.train(), [["0", "1"]])
+
+
+# ----------------------------------------------------------------------------- FX graph mode
+
+
+def minmax_qconfig_mapping() -> Any:
+    """x86's default activation observer is a histogram, whose parameters depend on the
+    values' distribution; the twin's observer sits after its explicit F.pad and sees the
+    pads, so the comparison uses min/max observers (the pads' zeros lie in every range)."""
+    make_qconfig: Callable[..., Any] = tq.QConfig
+    qconfig = make_qconfig(
+        activation=tq.MinMaxObserver.with_args(reduce_range=True),
+        weight=tq.default_per_channel_weight_observer,
+    )
+    return tq.QConfigMapping().set_global(qconfig)
+
+
+def test_fx_ptq_matches_the_quantized_twin() -> None:
+    from torch.ao.quantization import quantize_fx
+
+    from padkit.quantization import fx as pfx
+
+    for size in (10, 9):
+        model, twin = models(stubs=False)
+        data = calibration((size,))
+        ours = pfx.prepare_fx(model.eval(), minmax_qconfig_mapping(), (data[0],))
+        ref = quantize_fx.prepare_fx(twin.eval(), minmax_qconfig_mapping(), (data[0],))
+        for x in data:
+            ours(x)
+            ref(x)
+        q_ours, q_ref = pfx.convert_fx(ours), quantize_fx.convert_fx(ref)
+        convs = [m for m in q_ours.modules() if isinstance(m, PADKIT_QUANTIZED)]
+        assert len(convs) == 3  # BatchNorm folded: no other module left
+        assert not any(isinstance(m, nn.BatchNorm2d) for m in q_ours.modules())
+        for n in (size, 13):
+            x = torch.randn(2, 3, n, n + 1)
+            assert_within_one_step(q_ours(x), q_ref(x), output_step(q_ref))
+
+
+def test_fx_with_torchs_functions_and_padkits_configs() -> None:
+    from torch.ao.quantization import quantize_fx
+
+    from padkit.quantization import fx as pfx
+
+    model, _ = models(stubs=False)
+    x = torch.randn(1, 3, 9, 10)
+    prepared = quantize_fx.prepare_fx(
+        model.eval(),
+        minmax_qconfig_mapping(),
+        (x,),
+        prepare_custom_config=pfx.prepare_custom_config(),
+        backend_config=pfx.backend_config(),
+    )
+    prepared(x)
+    converted = quantize_fx.convert_fx(prepared, backend_config=pfx.backend_config())
+    assert sum(isinstance(m, PADKIT_QUANTIZED) for m in converted.modules()) == 3
+
+
+def test_fx_qat_matches_the_eager_qat_twin() -> None:
+    """FX QAT of the padkit model against eager QAT of the twin (the FX twin would add a
+    second fake-quantize after each explicit F.pad, which the padkit model has not)."""
+    from padkit.quantization import fx as pfx
+
+    for size in (10, 9):
+        model, _ = models(stubs=False)
+        _, twin = models(stubs=True)
+        data = calibration((size,))
+        ours = pfx.prepare_qat_fx(
+            model.train(), tq.get_default_qat_qconfig_mapping("x86"), (data[0],)
+        )
+        twin.train().qconfig = get_default_qat_qconfig("x86")
+        ref = prepare_qat(fuse_modules_qat(twin, GROUPS[1]))
+        assert sum(isinstance(m, pq.QATConvBnReLU2d) for m in ours.modules()) == 2
+        assert sum(isinstance(m, pq.QATConv2d) for m in ours.modules()) == 1
+        for x in data:
+            torch.testing.assert_close(ours(x), ref(x), rtol=1e-5, atol=1e-5)
+        q_ours, q_ref = pfx.convert_fx(ours.eval()), convert(ref.eval())
+        for n in (size, 13):
+            x = torch.randn(2, 3, n, n + 1)
+            assert_within_one_step(q_ours(x), q_ref(x), output_step(q_ref))
+
+
+def test_fx_backend_config_refuses_a_non_config() -> None:
+    from padkit.quantization import fx as pfx
+
+    with pytest.raises(TypeError, match="base must be a torch"):
+        pfx.backend_config("x86")  # type: ignore[arg-type]
 
 
 # ----------------------------------------------------------------------------- PT2E

@@ -3,6 +3,8 @@
 - torch.ao eager mode (``fuse_modules``, ``fuse_modules_qat``, ``prepare``, ``prepare_qat``,
   ``convert``): :mod:`padkit.quantization.eager`, registered into torch.ao's tables when
   ``padkit.nn`` is imported, so torch's functions handle padkit convs unchanged.
+- FX graph mode (``prepare_fx``, ``prepare_qat_fx``, ``convert_fx``):
+  :mod:`padkit.quantization.fx` (torch's functions with its configs, or its wrappers).
 - PT2E (``torch.export`` + torchao's ``prepare_pt2e``/``convert_pt2e``):
   :class:`PadkitQuantizer` around any torchao quantizer (:mod:`padkit.quantization.pt2e`).
 

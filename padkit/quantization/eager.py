@@ -208,6 +208,31 @@ def _plain_conv(conv: Any, padding: tuple[int, ...]) -> nn.Module:
     return twin
 
 
+#: padkit's conv classes by dimension (set by :func:`register_layers`; padkit.nn imports
+#: this module, so it cannot be imported here)
+_PADKIT_CONVS: dict[int, type[nn.Module]] = {}
+
+
+def padkit_conv(torch_conv: Any, pad_spec: Padding, padding_mode: Any, nd: int) -> nn.Module:
+    """A padkit conv with ``torch_conv``'s parameters and arguments and padkit's padding."""
+    conv = _PADKIT_CONVS[nd](
+        torch_conv.in_channels,
+        torch_conv.out_channels,
+        torch_conv.kernel_size,
+        torch_conv.stride,
+        padding=pad_spec,
+        dilation=torch_conv.dilation,
+        groups=torch_conv.groups,
+        bias=torch_conv.bias is not None,
+        padding_mode=padding_mode,
+        device="meta",
+    )
+    conv.weight = torch_conv.weight
+    conv.bias = torch_conv.bias
+    conv.train(torch_conv.training)
+    return conv
+
+
 # ----------------------------------------------------------------------------- fusers
 
 
@@ -317,6 +342,17 @@ class _QATPad:
         qat.padkit_padding_mode = _padkit_mode(conv)
         return qat
 
+    def to_float(self) -> nn.Module:
+        """The float module (BatchNorm folded where there is one) with padkit's conv."""
+        plain: nn.Module = super().to_float()  # type: ignore[misc]
+        torch_conv = _conv_of(plain)
+        conv = padkit_conv(
+            torch_conv, self.pad_spec, self.padkit_padding_mode, len(self.kernel_size)
+        )
+        if isinstance(plain, _FusedModule):
+            return _FUSED_RELU[len(self.kernel_size)](conv, *_rest(plain))
+        return conv
+
     def extra_repr(self) -> str:
         return f"{super().extra_repr()}, padding={self.pad_spec.describe()}"  # type: ignore[misc]
 
@@ -383,6 +419,41 @@ def _fold_qat_bn(mod: Any) -> None:
         )
 
 
+def pad_input(conv: Any, input: Tensor) -> Tensor:
+    """Pad ``input`` (float, or quantized per tensor) by what ``conv``'s ``pad_spec`` asks
+    for an input of this size beyond the symmetric part the kernel pads (``conv.padding``).
+
+    A quantized input is padded with the zero point (the quantized 0.0: exact) or, for a
+    ``padding_mode``, by the mode's copy of quantized values (exact as well).
+    """
+    nd = len(conv.kernel_size)
+    name = type(conv).__name__
+    if not isinstance(input, Tensor) or input.dim() != nd + 2:
+        got = tuple(input.shape) if isinstance(input, Tensor) else type(input).__name__
+        raise ValueError(f"{name}: input must be a {nd + 2}-D tensor (N, C, *spatial), got {got}")
+    op = _op_of(conv)
+    pairs = op.pairs_at(tuple(int(v) for v in input.shape[2:]))
+    rest = tuple((lo - s, hi - s) for (lo, hi), s in zip(pairs, conv.padding))
+    if not any(lo or hi for lo, hi in rest):
+        return input
+    modes = op.padding_mode
+    if not isinstance(modes, str):
+        raise NotImplementedError(
+            f"{name}: a different padding_mode per axis ({modes}) is not available in "
+            "quantized models; use one padding_mode for every axis"
+        )
+    torch_pad = PF._torch_pad(rest)
+    mode = PF._PAD_MODE_CANON.get(modes, modes)
+    if mode == "constant":
+        return F.pad(input, torch_pad, value=0.0)
+    if not input.is_quantized:
+        return F.pad(input, torch_pad, mode=mode)
+    # replicate/reflect/circular copy quantized values: pad the dequantized tensor and
+    # quantize it again with the same parameters (every value is on the grid, so exact)
+    padded = F.pad(input.dequantize(), torch_pad, mode=mode)
+    return torch.quantize_per_tensor(padded, input.q_scale(), input.q_zero_point(), input.dtype)
+
+
 class _QuantizedPad:
     """torch's quantized convs with padkit's padding: the quantized input is padded (zero
     point, or the mode's copy of quantized values), then the packed kernel runs with the
@@ -401,33 +472,7 @@ class _QuantizedPad:
         return _op_of(self)
 
     def _pad_input(self, input: Tensor) -> Tensor:
-        nd = len(self.kernel_size)
-        if input.dim() != nd + 2:
-            raise ValueError(
-                f"{type(self).__name__}: input must be {nd + 2}-D (N, C, *spatial), got shape "
-                f"{tuple(input.shape)}"
-            )
-        op = self._padkit_op()
-        sizes = tuple(int(v) for v in input.shape[2:])
-        pairs = op.pairs_at(sizes)
-        rest = tuple((lo - s, hi - s) for (lo, hi), s in zip(pairs, self.padding))
-        if not any(lo or hi for lo, hi in rest):
-            return input
-        modes = op.padding_mode
-        if isinstance(modes, tuple):
-            raise NotImplementedError(
-                f"{type(self).__name__}: a different padding_mode per axis ({modes}) is not "
-                "available for quantized inputs; use one padding_mode for every axis"
-            )
-        torch_pad = PF._torch_pad(rest)
-        if modes == "zeros":
-            # the quantized 0.0 is the zero point: the pad is exact
-            return F.pad(input, torch_pad, value=0.0)
-        # replicate/reflect/circular copy quantized values: pad the dequantized tensor and
-        # quantize it again with the same parameters (every value is on the grid, so exact)
-        mode = {"replicate": "replicate", "reflect": "reflect", "circular": "circular"}[modes]
-        padded = F.pad(input.dequantize(), torch_pad, mode=mode)
-        return torch.quantize_per_tensor(padded, input.q_scale(), input.q_zero_point(), input.dtype)
+        return pad_input(self, input)
 
     def forward(self, input: Tensor) -> Tensor:
         out: Tensor = super().forward(self._pad_input(input))  # type: ignore[misc]
@@ -460,6 +505,14 @@ class _QuantizedPad:
             q = super().from_float(twin, use_precomputed_fake_quant)  # type: ignore[misc]
         q.pad_spec = spec
         q.padkit_padding_mode = mode
+        return q
+
+    @classmethod
+    def from_reference(cls, ref_qconv: Any, output_scale: float, output_zero_point: int) -> Any:
+        """The quantized module for a padkit reference module (FX graph mode's lowering)."""
+        conv = _conv_of(ref_qconv)
+        q = super().from_reference(ref_qconv, output_scale, output_zero_point)  # type: ignore[misc]
+        q.pad_spec, q.padkit_padding_mode = conv.pad_spec, conv.padkit_padding_mode
         return q
 
     def extra_repr(self) -> str:
@@ -509,6 +562,7 @@ def register_layers(convs: dict[int, type[nn.Module]], transposed: dict[int, typ
     quantized modules above to torch.ao's type-keyed tables, so that ``fuse_modules``,
     ``fuse_modules_qat``, ``prepare``, ``prepare_qat`` and ``convert`` handle them.
     ``padkit.nn`` calls this once on import. Entries torch already has are kept."""
+    _PADKIT_CONVS.update(convs)
     from torch.ao.quantization import fuser_method_mappings as fmm
     from torch.ao.quantization import quantization_mappings as qm
 
