@@ -528,7 +528,8 @@ def test_torchvision_mobilenet_v2() -> None:
     errors = check_any(torchvision.models.mobilenet_v2())
     assert max(errors) <= REL
     dilated, report = dilate(torchvision.models.mobilenet_v2(), 8)
-    assert report.changes[0].path == "" and type(dilated).__name__ == "MobileNetV2OnLattice"
+    assert report.changes[0].path == "" and type(dilated).__name__ == "MobileNetV2"
+    assert isinstance(dilated, torchvision.models.MobileNetV2)
     with pytest.raises(SurgeryError, match=r"'<root>' \(MobileNetV2\).*inplace=True"):
         dilate(torchvision.models.mobilenet_v2(), 8, inplace=True)
 
@@ -669,3 +670,125 @@ def test_feature_extractor_built_from_a_dilated_model() -> None:
         )
         torch.testing.assert_close(feats["out"], want, rtol=0, atol=0)
         torch.testing.assert_close(feats["logits"], dilated(x), rtol=0, atol=0)
+
+
+# conv subclasses, the stride finder, and tools that find layers by class name
+
+
+class PlainSubclass(nn.Conv2d):
+    """A conv subclass that adds nothing: torch's forward."""
+
+
+class WeightStandardised(nn.Conv2d):
+    """Hugging Face BiT's weight standardisation, written out: the forward transforms the
+    weight and calls the conv with the module's own stride/padding/dilation/groups."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        w = F.batch_norm(
+            self.weight.reshape(1, self.out_channels, -1), None, None, training=True, eps=1e-8
+        ).reshape_as(self.weight)
+        return F.conv2d(x, w, self.bias, self.stride, self.padding, self.dilation, self.groups)
+
+
+def test_conv_subclass_reproducer() -> None:
+    """Strided conv subclasses count as strides, and are re-strided in place."""
+    torch.manual_seed(0)
+    model = nn.Sequential(
+        nn.Conv2d(3, 8, 3, stride=2, padding=1),
+        *[PlainSubclass(8, 8, 3, stride=2, padding=1) for _ in range(3)],
+    ).eval()
+    with pytest.raises(SurgeryError, match=r"accepted: \[1, 2, 4, 8, 16\]"):
+        dilate(model, 32)
+    for output_stride in (8, 4):
+        dilated, _ = dilate(model, output_stride)
+        assert all(type(m) is PlainSubclass for m in list(dilated)[1:])
+        assert same_state_dict(model, dilated)
+        for h, w in SIZES:
+            assert dilation_error(model, dilated, torch.randn(1, 3, h, w)) <= REL
+
+
+def test_weight_standardised_subclasses() -> None:
+    """timm's StdConv2d and a Hugging Face style weight-standardised conv: the weight
+    transform is kept, the a-trous identity holds, each module keeps its class."""
+    from timm.layers import StdConv2d
+
+    torch.manual_seed(0)
+    model = nn.Sequential(
+        WeightStandardised(3, 8, 3, stride=2, padding=1),
+        nn.BatchNorm2d(8),
+        nn.ReLU(),
+        StdConv2d(8, 8, 3, stride=2, padding=1),
+        nn.ReLU(),
+        WeightStandardised(8, 8, 3, stride=2, padding=1),
+        StdConv2d(8, 8, 3, stride=2, padding=1),
+        WeightStandardised(8, 8, 3, padding=2, dilation=2),
+    )
+    model = randomize_bn(model)
+    for output_stride in (8, 4):
+        dilated, report = dilate(model, output_stride)
+        assert [type(m) for m in dilated] == [type(m) for m in model]
+        assert report.changes
+        for h, w in SIZES:
+            assert dilation_error(model, dilated, torch.randn(1, 3, h, w)) <= REL
+    os4, _ = dilate(model, 4)
+    assert os4[6].stride == (1, 1) and os4[6].dilation == (2, 2)
+    assert os4[7].dilation == (8, 8) and os4[7].padding == (8, 8)
+
+
+def test_finder_never_reports_a_stride_the_model_lacks() -> None:
+    """A global pool written as a huge-kernel ceil-mode AvgPool2d (Hugging Face
+    EfficientNet's pooler) adds no stride; group norm past the output stride is refused
+    with its true reason, not as an unreachable stride."""
+    from functools import partial
+
+    from timm.layers import GroupNormAct, StdConv2d
+    from timm.models.resnetv2 import ResNetV2
+
+    net = nn.Sequential(
+        nn.Conv2d(3, 8, 3, 2, 1), nn.Conv2d(8, 8, 3, 2, 1), nn.AvgPool2d(1280, ceil_mode=True)
+    ).eval()
+    with pytest.raises(
+        SurgeryError, match=r"accepted: \[1, 2, 4\] \(its current output stride is 4\)"
+    ):
+        dilate(net, 8)
+    dilated, _ = dilate(net, 2)
+    assert dilation_error(net, dilated, torch.randn(1, 3, 23, 18)) <= REL
+    bit = ResNetV2(
+        layers=[1, 1, 1, 1],
+        channels=(16, 32, 64, 128),
+        conv_layer=partial(StdConv2d, eps=1e-8),
+        norm_layer=partial(GroupNormAct, num_groups=4),
+        stem_type="fixed",
+        num_classes=0,
+    ).eval()
+    with pytest.raises(
+        SurgeryError,
+        match=r"'stages.3.blocks.0.norm3' \(GroupNormAct\): .*group_norm\(\).*whole map",
+    ):
+        dilate(bit, 16)
+
+
+def test_fastai_create_body_cuts_a_dilated_xresnet_where_it_cuts_the_original() -> None:
+    """The lattice-reading global pool is an nn.AdaptiveAvgPool2d named AdaptiveAvgPool2d,
+    so create_body (the last child whose class name ends in Pool2d) cuts at the same place,
+    also after a deepcopy."""
+    import copy
+
+    from fastai.vision.learner import create_body
+
+    torch.manual_seed(0)
+    model = randomize_bn(xresnet.xresnet18())
+    dilated, _ = dilate(model, 8)
+    pool = dilated[-4]
+    assert isinstance(pool, nn.AdaptiveAvgPool2d) and type(pool).__name__ == "AdaptiveAvgPool2d"
+    x = torch.randn(1, 3, 64, 64)
+    body = create_body(copy.deepcopy(model), pretrained=False)
+    body_d = create_body(copy.deepcopy(dilated), pretrained=False)
+    assert len(body_d) == len(body)
+    with torch.no_grad():
+        a, b = body(x), body_d(x)
+    assert b.shape[:2] == a.shape[:2] == (1, 512)
+    assert float((b[..., ::4, ::4] - a).abs().max()) <= REL * float(a.abs().max())
+    again = copy.deepcopy(dilated)
+    assert type(again[-4]).__name__ == "AdaptiveAvgPool2d"
+    assert dilation_error(model, again, x) <= REL

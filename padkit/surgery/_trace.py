@@ -20,6 +20,7 @@ from torch import Tensor, nn
 from torch.overrides import TorchFunctionMode
 
 from ._common import SurgeryError
+from ._probe import call_op, call_pad
 
 PROBE = 64
 STEP = 256
@@ -117,6 +118,12 @@ def _describe(name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[
     if base == "batch_norm":
         training = kwargs.get("training", args[5] if len(args) > 5 else False)
         return {"training": bool(training)}
+    op = call_op(name, args, kwargs)
+    if op is not None:
+        return {"op": op}
+    pad = call_pad(name, args, kwargs)
+    if pad is not None:
+        return {"pad": pad}
     if base == "layer_norm":
         shape = kwargs.get("normalized_shape", args[1] if len(args) > 1 else None)
         k = len(shape) if isinstance(shape, (tuple, list, torch.Size)) else 1
@@ -131,6 +138,7 @@ class _Recorder(TorchFunctionMode):
         self.events: list[Event] = []
         self.stack: list[tuple[str, int, bool]] = []  # (path, call, opaque)
         self.calls: dict[str, int] = {}
+        self.made: dict[int, tuple[int, Tensor]] = {}  # id of a pad's output -> (event, it)
 
     def __torch_function__(
         self,
@@ -149,8 +157,18 @@ class _Recorder(TorchFunctionMode):
                 event = Event("function", path, call, name, _describe(name, args, kwargs))
                 event.ins.append(ins)
                 event.outs.append(_shapes(out))
+                self._link(event, args[0] if args else kwargs.get("input"))
+                if "pad" in event.info and isinstance(out, Tensor):
+                    self.made[id(out)] = (len(self.events), out)
                 self.events.append(event)
         return out
+
+    def _link(self, event: Event, first: Any) -> None:
+        """``info["src"]``: the index of the pad event whose output is this call's input."""
+        if isinstance(first, Tensor):
+            made = self.made.get(id(first))
+            if made is not None and made[1] is first:
+                event.info["src"] = made[0]
 
     def hooks(self, root: nn.Module) -> list[Any]:
         handles = []
@@ -170,6 +188,7 @@ class _Recorder(TorchFunctionMode):
                 return
             event = Event("module", path, call, type(module).__name__)
             event.ins.append(_shapes(args))
+            self._link(event, args[0] if args else None)
             event.outs.append([])
             self.events.append(event)
             self._open.append(event)

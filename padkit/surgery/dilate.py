@@ -30,6 +30,7 @@ from ._common import (
     _paths_by_id,
     _replace,
 )
+from ._probe import NOT_HANDLED, module_op, owns, rewired
 from ._trace import PROBE, REDUCTIONS, Event, Shape, _name, _tensors, record, strides
 
 # ----------------------------------------------------------------------------- dilate
@@ -260,6 +261,9 @@ _HINTS: dict[str, str] = {
 }
 
 
+_FUNCTIONS = {"max": "max_pool{nd}d", "avg": "avg_pool{nd}d", "lp": "lp_pool{nd}d"}
+
+
 class _Tensors:
     """The strides of the tensors of one event (both runs), and their lattice factors."""
 
@@ -294,6 +298,7 @@ class _Dilation:
         self.read_names: dict[tuple[str, int], list[str]] = {}
         self.dense_reads: list[str] = []
         self.strides_out: dict[str, int] = {}
+        self.calls_of: dict[tuple[str, int], int] = {}
 
     def module(self, path: str) -> nn.Module:
         return self.root.get_submodule(path)
@@ -336,8 +341,17 @@ class _Dilation:
             self.gate(event.path, module, kind, ins)
 
     def layer(
-        self, path: str, module: nn.Module, layer: _Layer, ins: _Tensors, outs: _Tensors
+        self,
+        path: str,
+        module: nn.Module,
+        layer: _Layer,
+        ins: _Tensors,
+        outs: _Tensors,
+        owned: bool = False,
     ) -> None:
+        """Plan one conv or pool: an exact torch/padkit layer is rebuilt as a padkit layer;
+        a module that ``owned`` its call (a subclass with its own forward) keeps its class
+        and gets new ``stride``/``dilation``/``padding`` attributes."""
         if not ins.shapes:
             return
         shape, st = ins.shapes[0], ins.strides[0]
@@ -356,6 +370,9 @@ class _Dilation:
         factor = tuple(int(f) for f in factor_f)
         if not any(convert) and all(f == 1 for f in factor):
             return
+        if layer.kind != "conv" and outs.strides and not outs.strides[0] and not owned:
+            self.global_pool(path, module, layer, shape, factor)
+            return
         state: _State = (tuple(int(a or 0) for a in actual), factor)
         seen = self.states.get(path)
         if seen is not None:
@@ -366,7 +383,11 @@ class _Dilation:
         new_layer, overhang = self.transform(path, layer, factor, convert)
         if new_layer == layer:
             return  # a 1x1 stride-1 layer: the same on any grid
-        new = self.build(new_layer, module, overhang)
+        new = (
+            self.restride(path, module, new_layer, overhang)
+            if owned
+            else self.build(new_layer, module, overhang)
+        )
         what = tuple(
             name
             for name, a, b in (
@@ -388,6 +409,65 @@ class _Dilation:
             else (f"zero pad {new_layer.static_pairs()} counted, then {_brief(new[1])}")
         )
         self.plans[path] = (new, Change(path, _brief(module, layer), after, what, False, detail))
+
+    def global_pool(
+        self, path: str, module: nn.Module, layer: _Layer, shape: Shape, factor: tuple[int, ...]
+    ) -> None:
+        """A pool whose output is one cell at every probe size (a kernel wider than its
+        input, as Hugging Face EfficientNet's pooler) is a global read: it pools the
+        lattice, and keeps its class."""
+        state: _State = ((), factor)
+        if self.states.setdefault(path, state) != state:
+            raise self.refuse(path, "it is called at places of other strides")
+        if self.gates == "dense":
+            self.dense_reads.append(path)
+            return
+        nd = layer.nd
+        spec = tuple((len(shape) - nd + i, f) for i, f in enumerate(factor) if f > 1)
+        name = _base(_FUNCTIONS[layer.kind].format(nd=nd))
+
+        def handler(call: str, i: int, func: Any, args: Any, kwargs: Any) -> Any:
+            if call == name and i == 0 and args:
+                return func(_lattice(args[0], spec), *args[1:], **kwargs)
+            return NOT_HANDLED
+
+        new = rewired(module, handler, f"reads the lattice {factor}")
+        self.plans[path] = (
+            new,
+            Change(
+                path,
+                f"{_brief(module, layer)} (one output cell: pools the whole map)",
+                f"{type(module).__name__} on the lattice {factor}",
+                ("global pool",),
+                False,
+                "its kernel covers the whole map; it pools the a-trous lattice",
+            ),
+        )
+
+    def restride(
+        self, path: str, module: nn.Module, layer: _Layer, overhang: tuple[int, ...]
+    ) -> nn.Module:
+        """A shallow copy of a conv/pool subclass (same class, parameters and children)
+        whose attributes its own forward hands to the conv or pool are the dilated ones."""
+        pairs = layer.static_pairs() or ()
+        if any(overhang) or any(lo != hi for lo, hi in pairs):
+            raise self.refuse(
+                path,
+                f"its own forward hands its padding attribute to {layer.kind} as symmetric "
+                f"pads, and the dilated layer needs per-side pads {pairs}",
+            )
+        m: Any = copy.copy(module)
+        if layer.kind == "avg" and any(d != 1 for d in layer.dilation):
+            raise self.refuse(path, "an average pool module has no dilation attribute")
+        m.stride = tuple(layer.stride)
+        if layer.kind != "avg":
+            m.dilation = tuple(layer.dilation)
+        m.padding = tuple(lo for lo, _ in pairs)
+        if layer.kind != "conv":
+            m.ceil_mode = layer.ceil_mode
+        if layer.kind == "avg":
+            m.count_include_pad = layer.count_include_pad
+        return m  # type: ignore[no-any-return]
 
     def build(self, layer: _Layer, old: nn.Module, overhang: tuple[int, ...]) -> nn.Module:
         if (
@@ -493,6 +573,10 @@ class _Dilation:
 
     def on_function(self, event: Event) -> None:
         name = _base(event.name)
+        op = event.info.get("op")
+        if op is not None:
+            self.on_call(event, op)
+            return
         key = (event.path, event.call)
         ordinal = -1
         if name in _LATTICE_READS:
@@ -554,6 +638,47 @@ class _Dilation:
             f"{where}; only conv and pool modules are re-strided and dilated, and this "
             "operation in code would read positions off the lattice",
         )
+
+    def on_call(self, event: Event, op: _Layer) -> None:
+        """A conv or pool called by a module's own code: the module owns it when the call
+        computes what the module's attributes say (a conv subclass that transforms its
+        weight, timm's and Hugging Face's weight-standardised convs, a pool subclass)."""
+        ins = _Tensors(event.ins[0], event.ins[1], self.os)
+        outs = _Tensors(event.outs[0], event.outs[1], self.os)
+        if not ins.shapes:
+            return
+        st = ins.strides[0]
+        dims = range(len(ins.shapes[0]) - op.nd, len(ins.shapes[0]))
+        past = any(
+            (a := st.get(d)) is not None and (a * s > self.os or a > self.os)
+            for d, s in zip(dims, op.stride)
+        )
+        if not past:
+            return
+        module = self.module(event.path)
+        if module_op(module) is None:
+            raise self.refuse(
+                event.path,
+                f"its forward calls {event.name}() in code on a map past the output stride; "
+                "only conv and pool modules are re-strided (and their subclasses, whose own "
+                "call uses their stride/padding/dilation)",
+            )
+        key = (event.path, event.call)
+        self.calls_of[key] = self.calls_of.get(key, 0) + 1
+        if not owns(module, op) or self.calls_of[key] > 1:
+            raise self.refuse(
+                event.path,
+                f"its forward calls {event.name}() past the output stride with arguments "
+                f"other than its own attributes ({_brief(module)} vs {op.kind} k={op.kernel} "
+                f"s={op.stride} d={op.dilation} pads={op.static_pairs()}); only conv and pool "
+                "modules are re-strided, by the attributes their own call uses",
+            )
+        if "src" in event.info:
+            raise self.refuse(
+                event.path,
+                f"its {event.name}() input is padded in code past the output stride",
+            )
+        self.layer(event.path, module, op, ins, outs, owned=True)
 
     # --------------------------------------------------------------------- code that reads the map
 
@@ -617,7 +742,7 @@ class _Dilation:
                 sub.meta["is_wrapped"] = True  # traced again as one call
             node.args = (sub, *node.args[1:])
         name = type(module).__name__
-        traced = fx.GraphModule(module, graph, class_name=f"{name}OnLattice")
+        traced = _as_instance(fx.GraphModule(module, graph, class_name=name), module)
         traced.train(module.training)
         a, b = module.state_dict(), traced.state_dict()
         if list(a) != list(b):
@@ -628,12 +753,52 @@ class _Dilation:
         change = Change(
             path,
             f"{name} (pools the whole map in its forward)",
-            f"{name}OnLattice (traced; pools the lattice)",
+            f"{name} (a traced copy that pools the lattice)",
             ("global pool",),
             False,
             f"reads the a-trous lattice before: {ops}",
         )
         return traced, change
+
+
+class _ModuleInit(nn.Module):
+    """Ends the ``__init__`` chain of a traced copy at ``nn.Module`` (a GraphModule's
+    ``__init__``, which deepcopy calls, must not reach the original class's)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        nn.Module.__init__(self)
+
+
+def _as_instance(traced: nn.Module, original: nn.Module) -> nn.Module:
+    """``traced`` (a GraphModule) made an instance of ``original``'s class too, under the
+    same class name and with its plain attributes, so that tools which find layers by type
+    or by class name (fastai's ``create_body`` cuts at the last ``...Pool2d``) still find it."""
+    orig = type(original)
+    if isinstance(traced, orig):
+        return traced
+    try:
+        cls = type(
+            orig.__name__,
+            (torch.fx.GraphModule, _ModuleInit, orig),
+            {
+                # the generated code, as a plain method (no __call__ wrapper of fx's, whose
+                # super() chain would recurse through a subclass made by deepcopy)
+                "forward": type(traced).forward,
+                "__module__": orig.__module__,
+                "__doc__": orig.__doc__,
+                # GraphModule's deepcopy re-inits under the name "GraphModule" otherwise
+                "_deepcopy_init": lambda self: functools.partial(
+                    torch.fx.GraphModule.__init__, class_name=orig.__name__
+                ),
+            },
+        )
+        traced.__class__ = cls
+    except TypeError:  # pragma: no cover - a metaclass or layout conflict
+        return traced
+    for key, value in original.__dict__.items():
+        if key not in traced.__dict__ and not key.startswith("_"):
+            traced.__dict__[key] = value
+    return traced
 
 
 def _reads_lattice(module: nn.Module) -> bool:
@@ -678,25 +843,40 @@ def _probe_like(model: nn.Module) -> tuple[tuple[int, ...], Tensor]:
     )
 
 
+def _sites(
+    events: list[Event], model: nn.Module
+) -> list[tuple[_Layer, Shape, Shape, Shape, Shape]]:
+    """Every conv and pool the forward computes, module or call in code, with its first
+    input's and output's shapes in both runs."""
+    found = []
+    for event in events:
+        if not event.ins[0] or not event.outs[0]:
+            continue
+        layer = event.info.get("op")
+        if event.kind == "module":
+            layer = _layer(model.get_submodule(event.path))
+        if layer is None:
+            continue
+        found.append((layer, event.ins[0][0], event.ins[1][0], event.outs[0][0], event.outs[1][0]))
+    return found
+
+
 def _reachable(events: list[Event], model: nn.Module) -> tuple[list[int], int]:
-    """The output strides a dilation can stop at, and the model's deepest stride."""
+    """The output strides a dilation can stop at, and the model's deepest stride: read from
+    every conv and pool the forward computes (modules, subclasses, calls in code) whose
+    output is a map (a pool that always returns one cell, a global read, adds no stride)."""
     spans: list[tuple[Fraction, Fraction]] = []
     deepest = Fraction(1)
-    for event in events:
-        if event.kind != "module":
-            continue
-        layer = _layer(model.get_submodule(event.path))
-        if layer is None or not event.ins[0]:
-            continue
-        st = strides(event.ins[0][0], event.ins[1][0])
-        shape = event.ins[0][0]
+    for layer, in0, in1, out0, out1 in _sites(events, model):
+        st, out_st = strides(in0, in1), strides(out0, out1)
         for i, s in enumerate(layer.stride):
-            a = st.get(len(shape) - layer.nd + i)
-            if a is None:
+            d = len(in0) - layer.nd + i
+            a, b = st.get(d), out_st.get(len(out0) - layer.nd + i)
+            if a is None or b is None:
                 continue
-            deepest = max(deepest, a * s)
+            deepest = max(deepest, b)
             if s > 1:
-                spans.append((a, a * s))
+                spans.append((a, b))
     candidates = {Fraction(1)} | {hi for _, hi in spans}
 
     def fits(c: Fraction) -> bool:

@@ -1,0 +1,376 @@
+"""What model code computes: conv, pool and pad calls read from their arguments.
+
+Surgery recognises padding by computation, not by class. This module is the one place
+that reads a functional call (``F.conv2d``, ``F.max_pool2d``, ``F.avg_pool2d``, ``F.pad``
+and the ``torch.*`` names they dispatch to) into padkit's terms, decides whether a module
+is the owner of the call its own ``forward`` makes (a conv subclass that transforms its
+weight and calls the conv with its own ``stride``/``padding``/``dilation``/``groups``),
+finds the rule behind pad amounts that code computes from the input size, and runs a
+module's own code with some of its calls replaced (:func:`rewired`).
+
+Functions:
+
+- :func:`call_op`: the :class:`~padkit.op.Op` of a functional conv/pool call, or None.
+- :func:`call_pad`: the :class:`PadCall` of a functional pad call, or None.
+- :func:`module_op`: what a conv/pool module's attributes say (any subclass).
+- :func:`owns`: whether a call computes what its module's attributes say.
+- :func:`pad_rule`: the padding rule (static pairs, ``'same'`` ...) a pad call follows,
+  from the owner module run alone at many input sizes.
+- :func:`own_calls`: the torch functions a module's own code calls (not its children's).
+- :func:`rewired`: a copy of a module, an instance of its class under the same class name,
+  whose own code runs with chosen calls replaced.
+
+Nothing here matches model classes; every fact comes from a call's arguments or from
+running the module.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+from torch.overrides import TorchFunctionMode
+
+from ..op import Op
+from ..spec import Padding, PaddingError
+
+#: functional names (after stripping underscores and ``_with_indices``) -> (kind, nd)
+FUNCTION_KINDS: dict[str, tuple[str, int]] = {
+    **{f"conv{n}d": ("conv", n) for n in (1, 2, 3)},
+    **{f"max_pool{n}d": ("max", n) for n in (1, 2, 3)},
+    **{f"avg_pool{n}d": ("avg", n) for n in (1, 2, 3)},
+}
+
+Pairs = tuple[tuple[int, int], ...]
+
+
+def base_name(func: Any) -> str:
+    """``torch.conv2d`` -> ``'conv2d'``, ``F._max_pool2d`` -> ``'max_pool2d'``..."""
+    name = func if isinstance(func, str) else getattr(func, "__name__", type(func).__name__)
+    name = str(name).strip("_")
+    if name.endswith("_with_indices"):
+        name = name[: -len("_with_indices")]
+    return name
+
+
+def _arg(args: tuple[Any, ...], kwargs: dict[str, Any], i: int, name: str, default: Any) -> Any:
+    if len(args) > i:
+        return args[i]
+    return kwargs.get(name, default)
+
+
+def call_op(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Op | None:
+    """The checked record of a functional conv or pool call, or None for anything else
+    (or a call whose arguments padkit does not read)."""
+    found = FUNCTION_KINDS.get(base_name(func))
+    if found is None:
+        return None
+    kind, nd = found
+    x = _arg(args, kwargs, 0, "input", None)
+    if not isinstance(x, Tensor):
+        return None
+    try:
+        if kind == "conv":
+            weight = _arg(args, kwargs, 1, "weight", None)
+            if not isinstance(weight, Tensor) or weight.dim() != nd + 2:
+                return None
+            padding = _arg(args, kwargs, 4, "padding", 0)
+            if isinstance(padding, str):
+                padding = "same_static" if padding == "same" else padding
+            return Op.make(
+                "conv",
+                nd,
+                tuple(weight.shape[2:]),
+                _arg(args, kwargs, 3, "stride", 1),
+                padding,
+                _arg(args, kwargs, 5, "dilation", 1),
+                groups=_arg(args, kwargs, 6, "groups", 1),
+                where=base_name(func),
+            )
+        kernel = _arg(args, kwargs, 1, "kernel_size", None)
+        stride = _arg(args, kwargs, 2, "stride", None)
+        padding = _arg(args, kwargs, 3, "padding", 0)
+        if kind == "max":
+            return Op.make(
+                "max",
+                nd,
+                kernel,
+                stride if stride not in (None, [], ()) else None,
+                padding,
+                _arg(args, kwargs, 4, "dilation", 1),
+                ceil_mode=bool(_arg(args, kwargs, 5, "ceil_mode", False)),
+                return_indices=bool(_arg(args, kwargs, 6, "return_indices", False)),
+                where=base_name(func),
+            )
+        return Op.make(
+            "avg",
+            nd,
+            kernel,
+            stride if stride not in (None, [], ()) else None,
+            padding,
+            1,
+            ceil_mode=bool(_arg(args, kwargs, 4, "ceil_mode", False)),
+            count_include_pad=bool(_arg(args, kwargs, 5, "count_include_pad", True)),
+            divisor_override=_arg(args, kwargs, 6, "divisor_override", None),
+            where=base_name(func),
+        )
+    except (TypeError, ValueError):
+        return None
+
+
+@dataclass(frozen=True)
+class PadCall:
+    """One ``F.pad`` call on the spatial axes: per-axis ``(lo, hi)`` pairs (first spatial
+    axis first, as padkit orders them), its mode and fill value."""
+
+    pairs: Pairs
+    mode: str
+    value: float
+
+
+def call_pad(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> PadCall | None:
+    """The :class:`PadCall` of a functional pad call (``F.pad``/``torch.constant_pad_nd``),
+    or None for anything else."""
+    name = base_name(func)
+    if name not in ("pad", "constant_pad_nd"):
+        return None
+    x = _arg(args, kwargs, 0, "input", None)
+    pad = _arg(args, kwargs, 1, "pad", None)
+    if not isinstance(x, Tensor) or not isinstance(pad, (list, tuple)) or len(pad) % 2:
+        return None
+    if not all(isinstance(p, int) or (isinstance(p, Tensor) and p.dim() == 0) for p in pad):
+        return None
+    flat = [int(p) for p in pad]
+    mode = (
+        "constant" if name == "constant_pad_nd" else str(_arg(args, kwargs, 2, "mode", "constant"))
+    )
+    value = _arg(args, kwargs, 3 if name == "pad" else 2, "value", 0.0)
+    n = len(flat) // 2
+    pairs = tuple((flat[2 * i], flat[2 * i + 1]) for i in reversed(range(n)))
+    return PadCall(pairs, mode, float(value) if value is not None else 0.0)
+
+
+def module_op(module: nn.Module) -> Op | None:
+    """What a conv or pool module's attributes say (any subclass of torch's layers), or None."""
+    try:
+        return Op.from_module(module, subclasses=True)
+    except (TypeError, ValueError):
+        return None
+
+
+def owns(module: nn.Module, op: Op) -> bool:
+    """Whether ``op`` (a call made by ``module``'s own code) computes what ``module``'s
+    attributes say: same kind, kernel, stride, dilation, groups, static padding and pool
+    flags. Such a module is a conv or pool whatever its class does to its weight first."""
+    own = module_op(module)
+    if own is None or own.kind != op.kind or own.nd != op.nd:
+        return False
+    return (
+        own.kernel == op.kernel
+        and own.stride == op.stride
+        and own.dilation == op.dilation
+        and own.groups == op.groups
+        and own.static_pairs() is not None
+        and own.static_pairs() == op.static_pairs()
+        and (op.kind == "conv" or own.ceil_mode == op.ceil_mode)
+        and own.count_include_pad == op.count_include_pad
+    )
+
+
+# ----------------------------------------------------------------------------- own code
+
+
+class _OwnCode(TorchFunctionMode):
+    """Counts the calls ``module``'s own code makes (children's calls excluded: a global
+    forward hook tracks the depth) and lets ``handler`` replace them."""
+
+    def __init__(
+        self,
+        module: nn.Module,
+        handler: Callable[[str, int, Any, tuple[Any, ...], dict[str, Any]], Any] | None,
+    ) -> None:
+        super().__init__()
+        self.module = module
+        self.handler = handler
+        self.depth = 0
+        self.counts: dict[str, int] = {}
+        self.seen: list[tuple[str, tuple[Any, ...], dict[str, Any], Any]] = []
+
+    def __torch_function__(
+        self,
+        func: Any,
+        types: Any,
+        args: tuple[Any, ...] = (),
+        kwargs: dict[str, Any] | None = None,
+    ) -> Any:
+        kwargs = kwargs or {}
+        if self.depth:
+            return func(*args, **kwargs)
+        name = base_name(func)
+        i = self.counts.get(name, 0)
+        self.counts[name] = i + 1
+        out = _NOT_HANDLED
+        if self.handler is not None:
+            out = self.handler(name, i, func, args, kwargs)
+        if out is _NOT_HANDLED:
+            out = func(*args, **kwargs)
+        if self.handler is None:
+            self.seen.append((name, args, kwargs, out))
+        return out
+
+    def __enter__(self) -> _OwnCode:
+        def pre(m: nn.Module, _args: Any) -> None:
+            if m is not self.module:
+                self.depth += 1
+
+        def post(m: nn.Module, _args: Any, _out: Any) -> None:
+            if m is not self.module:
+                self.depth -= 1
+
+        from torch.nn.modules import module as module_mod
+
+        self._handles = [
+            module_mod.register_module_forward_pre_hook(pre),
+            module_mod.register_module_forward_hook(post, always_call=True),
+        ]
+        super().__enter__()  # type: ignore[no-untyped-call]
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        super().__exit__(*exc)  # type: ignore[no-untyped-call]
+        for h in self._handles:
+            h.remove()
+
+
+_NOT_HANDLED = object()
+#: what a handler returns to let the call run as written
+NOT_HANDLED: Any = _NOT_HANDLED
+
+
+def own_calls(
+    module: nn.Module, *inputs: Any
+) -> list[tuple[str, tuple[Any, ...], dict[str, Any], Any]]:
+    """Run ``module(*inputs)`` without gradients; the torch functions its own code called
+    (children's calls excluded), each as ``(name, args, kwargs, output)``."""
+    mode = _OwnCode(module, None)
+    with torch.no_grad(), mode:
+        module(*inputs)
+    return mode.seen
+
+
+Handler = Callable[[str, int, Any, tuple[Any, ...], dict[str, Any]], Any]
+
+
+def rewired(module: nn.Module, handler: Handler, note: str) -> nn.Module:
+    """A shallow copy of ``module`` (same parameters, buffers and children) whose own code
+    runs with ``handler(name, ordinal, func, args, kwargs)`` offered each torch function it
+    calls (``ordinal`` counts that name's calls in the module's own code); the handler
+    returns a result, or :data:`NOT_HANDLED` to let the call run as written.
+
+    The copy is an instance of ``module``'s class under the same class name (tools that
+    find layers by type or name still find it); ``note`` shows in its ``repr``.
+    """
+    cls = type(module)
+    base = getattr(cls, "_padkit_base", cls)
+    new_cls = _REWIRED.get(base)
+    if new_cls is None:
+        new_cls = type(
+            base.__name__,
+            (base,),
+            {
+                "forward": _rewired_forward,
+                "_padkit_base": base,
+                "__module__": base.__module__,
+                "__doc__": base.__doc__,
+            },
+        )
+        _REWIRED[base] = new_cls
+    new = copy.copy(module)
+    new.__class__ = new_cls
+    new.__dict__["_padkit_handler"] = handler
+    new.__dict__["_padkit_note"] = note
+    return new
+
+
+_REWIRED: dict[type, type] = {}
+
+
+def _rewired_forward(self: nn.Module, *args: Any, **kwargs: Any) -> Any:
+    base: Any = type(self)._padkit_base  # type: ignore[attr-defined]
+    with _OwnCode(self, self.__dict__["_padkit_handler"]):
+        return base.forward(self, *args, **kwargs)
+
+
+def is_rewired(module: nn.Module) -> bool:
+    """Whether ``module`` was made by :func:`rewired`."""
+    return "_padkit_handler" in module.__dict__
+
+
+# ----------------------------------------------------------------------------- pad rules
+
+
+def _same_pairs(rule: str, k: int, s: int, d: int, n: int) -> tuple[int, int] | None:
+    try:
+        return Padding((rule,)).resolve(k, s, d, n)[0]
+    except PaddingError:
+        return None
+
+
+def pad_rule(
+    samples: Sequence[tuple[int, Pairs]], op: Op, axis: int
+) -> str | tuple[int, int] | None:
+    """The rule one axis of a pad follows, from ``(input size, pairs)`` samples: static
+    ``(lo, hi)`` when every sample pads the same, else ``'same'`` / ``'same_lower'`` (TF's
+    rules for ``op``'s kernel, stride and dilation) when every sample matches it, else None."""
+    pads = {pairs[axis] for _, pairs in samples}
+    if len(pads) == 1:
+        return next(iter(pads))
+    k, s, d = op.kernel[axis], op.stride[axis], op.dilation[axis]
+    for rule in ("same", "same_lower"):
+        if all(_same_pairs(rule, k, s, d, n) == pairs[axis] for n, pairs in samples):
+            return rule
+    return None
+
+
+def sample_sizes(op: Op, axis: int, around: int) -> list[int]:
+    """Input sizes that tell the pad rules of one axis apart: every residue modulo the
+    stride, below and above the dilated kernel, near ``around``."""
+    s = op.stride[axis]
+    k_eff = op.dilation[axis] * (op.kernel[axis] - 1) + 1
+    sizes = set(range(max(1, around - 2 * s), around + 2 * s + 1))
+    sizes |= set(range(max(1, k_eff - s), k_eff + 2 * s + 1))
+    return sorted(sizes)
+
+
+def ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def lattice_pairs(
+    rule: str | tuple[int, int], op: Op, axis: int, n: int, f: int
+) -> tuple[int, int]:
+    """The pads of one axis on a lattice of factor ``f``: ``f`` times the original's pads
+    at the original's size ``ceil(n / f)``."""
+    if isinstance(rule, tuple):
+        lo, hi = rule
+    else:
+        k, s, d = op.kernel[axis], op.stride[axis], op.dilation[axis]
+        pairs = _same_pairs(rule, k, s, d, ceil_div(n, f))
+        if pairs is None:  # pragma: no cover - same rules resolve at every size
+            raise PaddingError(f"{rule!r} does not resolve at size {ceil_div(n, f)}")
+        lo, hi = pairs
+    return f * lo, f * hi
+
+
+def fill_value(pad: PadCall) -> float:
+    """The fill of a constant pad (0.0 for another mode)."""
+    return pad.value if pad.mode == "constant" else 0.0
+
+
+def finite(value: float) -> bool:
+    return not math.isinf(value) and not math.isnan(value)
