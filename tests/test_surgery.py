@@ -25,6 +25,9 @@ import padkit.nn as PN
 from padkit import PaddingError
 from padkit.surgery import PORT_TARGETS, SurgeryError, SurgeryReport, convert
 
+# a call that changes nothing warns; the tests of refusals read the report instead
+pytestmark = pytest.mark.filterwarnings(r"ignore:convert\(\). nothing changed:UserWarning")
+
 with warnings.catch_warnings():
     warnings.simplefilter("ignore")  # import-time deprecation noise from third parties
     import jax
@@ -534,3 +537,52 @@ def test_without_timm_or_torchvision() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.startswith("dilated ['0', '1']")
+
+
+# conv subclasses with a forward of their own; a call that changes nothing
+
+
+class CenteredConv(nn.Conv2d):
+    """A weight transform, then the conv with the module's own attributes."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        w = self.weight - self.weight.mean((1, 2, 3), keepdim=True)
+        return F.conv2d(x, w, self.bias, self.stride, self.padding, self.dilation, self.groups)
+
+
+def test_port_keeps_a_conv_subclass_and_its_weight_transform() -> None:
+    """Reference: the weight transform written out, then padkit's functional TF 'same'."""
+    from timm.layers import StdConv2d
+
+    import padkit.functional as PF
+
+    torch.manual_seed(0)
+    model = nn.Sequential(CenteredConv(3, 8, 3, 2, 1), nn.ReLU(), StdConv2d(8, 8, 3, 2, 1)).eval()
+    ported, report = convert(model, padding="same")
+    assert report.paths == ["0", "2"] and report.numbers_changed == ["0", "2"]
+    assert type(ported[0]) is not CenteredConv and isinstance(ported[0], CenteredConv)
+    assert type(ported[0]).__name__ == "CenteredConv" and isinstance(ported[2], StdConv2d)
+    assert list(ported.state_dict()) == list(model.state_dict())
+    w0 = model[0].weight - model[0].weight.mean((1, 2, 3), keepdim=True)
+    w2 = F.batch_norm(
+        model[2].weight.reshape(1, 8, -1), None, None, training=True, eps=model[2].eps
+    ).reshape_as(model[2].weight)
+    with torch.no_grad():
+        for h, w in ((16, 16), (17, 18), (23, 20)):
+            x = torch.randn(1, 3, h, w)
+            ref = PF.conv2d(F.relu(PF.conv2d(x, w0, model[0].bias, 2, "same")), w2, None, 2, "same")
+            torch.testing.assert_close(ported(x), ref, rtol=1e-5, atol=1e-6)
+
+
+def test_a_call_that_changes_nothing_warns_and_says_why() -> None:
+    class Opaque(nn.Conv2d):
+        def forward(self, x: Tensor) -> Tensor:
+            return F.conv2d(x, self.weight, self.bias, 1, 1) + F.conv2d(x, self.weight, None, 1, 1)
+
+    model = nn.Sequential(Opaque(3, 3, 3, padding=1))
+    with pytest.warns(UserWarning, match=r"convert\(\): nothing changed.*0: Opaque subclasses"):
+        _, report = convert(model, padding="same")
+    assert report.changes == [] and report.skipped[0].path == "0"
+    assert "nothing changed" in report.notes[0]
+    with pytest.warns(UserWarning, match=r"nothing changed: no layer pads on every forward$"):
+        convert(nn.Sequential(nn.Conv2d(3, 3, 3, padding=1)))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import math
+import warnings
 from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
@@ -11,6 +12,8 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from .. import functional as PF
+from ..op import TORCH_KINDS as _TORCH_KINDS_ALL
 from ..op import Op
 from ..spec import (
     Padding,
@@ -40,6 +43,7 @@ from ._common import (
     _timm_same_convs,
     _timm_same_pools,
 )
+from ._probe import NOT_HANDLED, call_op, call_pad, module_op, own_calls, owns, rewired
 
 # ----------------------------------------------------------------------------- convert: exact
 
@@ -481,7 +485,128 @@ def convert(
     # 3. convention port
     if target is not None:
         _port(out, target, count_include_pad, input_shape, report)
+    _foreign_layers(out, report)
+    if not report.changes:
+        shown = "; ".join(f"{k.path or '<root>'}: {k.reason}" for k in report.skipped[:3])
+        why = f"; left as they were: {shown}" if shown else ""
+        text = (
+            "nothing changed: no layer pads on every forward"
+            + ("" if target is None else f", and no layer's numbers change under {target!r}")
+            + why
+        )
+        report.notes.append(text)
+        warnings.warn(f"convert(): {text}", UserWarning, stacklevel=2)
     return out, report
+
+
+def _foreign_layers(out: nn.Module, report: SurgeryReport) -> None:
+    """List the conv/pool subclasses with a forward of their own (a weight transform, a pad
+    in code): convert leaves them, and says so."""
+    listed = {s.path for s in report.skipped} | {c.path for c in report.changes}
+    for path, module in out.named_modules():
+        if path in listed or _layer(module) is not None:
+            continue
+        cls: Any = type(module)
+        if not isinstance(module, _SUBCLASSED) or cls in _PLAIN_OR_PADKIT:
+            continue
+        if cls.forward in _TORCH_FORWARDS or _owned_conv(module) is not None:
+            continue
+        report.skipped.append(
+            Skip(
+                path,
+                f"{cls.__name__} subclasses {_torch_base(module).__name__} with a forward of its "
+                "own that does not compute one conv with the module's own stride/padding/"
+                "dilation/groups (e.g. a pad in code); convert leaves it as it is",
+            )
+        )
+
+
+_SUBCLASSED: tuple[type[nn.Module], ...] = (
+    nn.modules.conv._ConvNd,
+    nn.modules.pooling._MaxPoolNd,
+    nn.modules.pooling._AvgPoolNd,
+)
+_PLAIN_OR_PADKIT: frozenset[type] = frozenset(_CONV) | frozenset(
+    t for t in _TORCH_KINDS_ALL if not t.__name__.startswith("ConvTranspose")
+)
+_TORCH_FORWARDS = frozenset(getattr(t, "forward", None) for t in _TORCH_KINDS_ALL)
+
+
+def _torch_base(module: nn.Module) -> type:
+    return next((t for t in type(module).__mro__ if t in _TORCH_KINDS_ALL), type(module))
+
+
+def _owned_conv(module: nn.Module) -> Op | None:
+    """The facts of a conv subclass whose own forward makes exactly one conv call, with its
+    own stride/padding/dilation/groups (a weight transform before it is fine): run alone on
+    a small random input to see what it computes."""
+    if not isinstance(module, nn.modules.conv._ConvNd) or isinstance(
+        module, (nn.ConvTranspose1d, nn.ConvTranspose2d, nn.ConvTranspose3d)
+    ):
+        return None
+    own = module_op(module)
+    if own is None or own.padding_mode != "zeros":
+        return None
+    m: Any = module
+    n = max(own.k_eff) + 2 * max(own.stride) + 1
+    x = torch.randn(1, m.in_channels, *([n] * own.nd), dtype=m.weight.dtype, device=m.weight.device)
+    try:
+        calls = own_calls(module, x)
+    except Exception:
+        return None
+    ops = [call_op(name, args, kwargs) for name, args, kwargs, _ in calls]
+    found = [op for op in ops if op is not None]
+    if len(found) != 1 or not owns(module, found[0]):
+        return None
+    if any(call_pad(name, args, kwargs) is not None for name, args, kwargs, _ in calls):
+        return None
+    return own
+
+
+def _port_owned(
+    out: nn.Module,
+    by_id: dict[int, list[str]],
+    path: str,
+    module: nn.Module,
+    layer: Op,
+    target: str,
+    cip: bool | None,
+    report: SurgeryReport,
+) -> None:
+    """Port a conv subclass that owns its conv call: the same class, its weight transform
+    kept, the conv call run by padkit with the target rule."""
+    if "other" in _style(layer):
+        report.skipped.append(
+            Skip(path, f"padding {_pads_text(layer)} is neither same-style nor valid; kept")
+        )
+        return
+    new_layer = _ported(layer, target, cip)
+    changed, detail = _port_detail(layer, new_layer)
+    if not changed:
+        return
+    name = f"conv{layer.nd}d"
+    conv = getattr(PF, name)
+    rule = new_layer.padding
+
+    def handler(call: str, i: int, func: Any, args: Any, kwargs: Any) -> Any:
+        if call != name or i != 0:
+            return NOT_HANDLED
+        x, w = args[0], args[1] if len(args) > 1 else kwargs["weight"]
+        b = args[2] if len(args) > 2 else kwargs.get("bias")
+        return conv(x, w, b, layer.stride, rule, layer.dilation, layer.groups)
+
+    new = rewired(module, handler, f"padding={rule.describe()}")
+    _replace(out, by_id[id(module)], new)
+    report.changes.append(
+        Change(
+            path,
+            _brief(module, layer),
+            f"{type(module).__name__} (own forward; padkit conv) pads={_pads_text(new_layer)}",
+            ("padding",),
+            True,
+            detail + "; its weight transform is kept",
+        )
+    )
 
 
 def _is_dynamic_cond_conv(module: nn.Module) -> bool:
@@ -498,8 +623,14 @@ def _port(
     by_id = _paths_by_id(out)
     plans: list[tuple[str, nn.Module, _Layer, _Layer, str]] = []
     seen: set[int] = set()
-    for path, module in out.named_modules():
+    for path, module in list(out.named_modules()):
         layer = _layer(module)
+        if layer is None and id(module) not in seen:
+            owned = _owned_conv(module)
+            if owned is not None:
+                seen.add(id(module))
+                _port_owned(out, by_id, path, module, owned, target, cip, report)
+            continue
         if layer is None or id(module) in seen:
             continue
         seen.add(id(module))
