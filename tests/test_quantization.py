@@ -455,3 +455,30 @@ def test_pt2e_same_at_another_size() -> None:
 def test_padkit_quantizer_refuses_a_non_quantizer() -> None:
     with pytest.raises(TypeError, match="quantizer must be a torchao PT2E Quantizer"):
         pq.PadkitQuantizer("x86")
+
+
+@pytest.mark.slow  # torchao's convert_pt2e folds QAT BatchNorm in ~20 s (the twin's too)
+def test_pt2e_qat_matches_the_quantized_twin() -> None:
+    from torchao.quantization.pt2e import move_exported_model_to_eval
+    from torchao.quantization.pt2e.quantizer import x86_inductor_quantizer as xiq
+
+    def quantizer() -> Any:
+        config = xiq.get_default_x86_inductor_quantization_config(is_qat=True)
+        return xiq.X86InductorQuantizer().set_global(config)
+
+    model, twin = models(stubs=False)
+    data = calibration((9,))
+    converted = []
+    for m, q in ((model, pq.PadkitQuantizer(quantizer())), (twin, quantizer())):
+        exported = torch.export.export(m.train(), (data[0],)).module()
+        prepared = pt2e.prepare_qat_pt2e(exported, q)
+        for x in data:
+            prepared(x)
+        out = pt2e.convert_pt2e(prepared)
+        move_exported_model_to_eval(out)
+        converted.append(out)
+    ours, ref = converted
+    assert quantized_convs(ours) == quantized_convs(ref) == 3
+    assert not any("batch_norm" in str(n.target) for n in ours.graph.nodes)
+    x = torch.randn(2, 3, 9, 10)
+    torch.testing.assert_close(ours(x), ref(x), rtol=0, atol=1e-6)
