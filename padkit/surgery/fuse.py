@@ -36,7 +36,7 @@ from torch.utils._pytree import tree_leaves
 
 from .. import nn as PN
 from ..nn import _hashable
-from ..plan import _CROP_MAX_SURPLUS, _crop_layout
+from ..plan import _crop_layout, _surplus_ok
 from ._common import Change, Skip, SurgeryReport, _brief, _check_bool, _check_model
 
 __all__ = ["fuse_pads"]
@@ -282,7 +282,7 @@ def _facts(conv: Any, shape: torch.Size) -> tuple[Pairs | None, Crop | None]:
         return None, None
     op = conv._op()
     found = _crop_layout(plan.pads, op.kernel, op.stride, op.dilation, tuple(shape[2:]))
-    if found is None or found[2] > _CROP_MAX_SURPLUS:
+    if found is None or not _surplus_ok(found[2]):
         return plan.pads, None
     return plan.pads, (found[0], found[1], plan.out_size)
 
