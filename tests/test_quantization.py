@@ -219,6 +219,29 @@ def test_eager_ptq_padding_modes(mode: str) -> None:
         torch.testing.assert_close(qs[0](x), qs[1](x), rtol=0, atol=0)
 
 
+@pytest.mark.parametrize("nd", [1, 3])
+def test_eager_ptq_1d_and_3d(nd: int) -> None:
+    torch.manual_seed(0)
+    conv = (pn.Conv1d, pn.Conv3d)[nd // 3](2, 3, 3, stride=2, padding="same")
+    ref = (nn.Conv1d, nn.Conv3d)[nd // 3](2, 3, 3, stride=2)
+    ref.load_state_dict(conv.state_dict())
+    data = torch.randn(2, 2, *(6,) * nd)
+    qs = []
+    for m in (
+        nn.Sequential(QuantStub(), conv, nn.ReLU(), DeQuantStub()),
+        nn.Sequential(QuantStub(), nn.Sequential(Pad(None, (3, 2)), ref), nn.ReLU(), DeQuantStub()),
+    ):
+        m.eval().qconfig = get_default_qconfig("x86")
+        names = ["1", "2"] if m[1] is conv else ["1.1", "2"]
+        prepared = prepare(fuse_modules(m, [names]))
+        prepared(data)
+        qs.append(convert(prepared))
+    assert isinstance(qs[0][1], (pq.QuantizedConvReLU1d, pq.QuantizedConvReLU3d))
+    for n in (6, 7):
+        x = torch.randn(1, 2, *(n,) * nd)
+        torch.testing.assert_close(qs[0](x), qs[1](x), rtol=0, atol=0)
+
+
 # ----------------------------------------------------------------------------- eager QAT
 
 
