@@ -74,6 +74,8 @@ class Hook:
         self.force = False
         self.fallbacks: Counter[str] = Counter()
         self.tuner = _tune.Tuner()
+        #: conv decisions by call signature (shapes, strides, dtype, pads, threads, mode)
+        self._decided: dict[tuple[Any, ...], bool] = {}
 
     def _go(self, x: Tensor, *rest: Tensor | None) -> bool:
         # tracing first: dynamo must not see the checks on the tensors below
@@ -114,6 +116,31 @@ class Hook:
             key, lambda: bench.run(run_torch), lambda: bench.run(run_native), _torch_only
         )
 
+    def _conv_choice(
+        self,
+        strategy: str,
+        x: Tensor,
+        w: Tensor,
+        b: Tensor | None,
+        s: Sequence[int],
+        d: Sequence[int],
+        pads: Pairs,
+        groups: int,
+        training: bool,
+        torch_run: ConvRun | None,
+    ) -> bool:
+        """Whether this conv call runs on oneDNN (remembered per call signature)."""
+        if not _ops.conv_is_fast(x, w, b, s, d, pads, groups, training=training):
+            return False  # oneDNN has only its reference loops for a pass
+        if not self.tuner.measure or torch_run is None:
+            return _policy.conv(strategy, x, w, groups, pads, d, training)
+        key = _conv_key("conv", x, w, s, d, pads, groups, training)
+
+        def native(x: Tensor, w: Tensor, b: Tensor | None) -> Tensor:
+            return _ops.conv(x, w, b, s, d, pads, groups)
+
+        return self._measured(key, (x, w, b), torch_run, native, training)
+
     def conv(
         self,
         strategy: str,
@@ -130,19 +157,21 @@ class Hook:
             return None
         if not self.force:
             training = _training(x, w, b)
-            if not _ops.conv_is_fast(x, w, b, s, d, pads, groups, training=training):
-                return None  # oneDNN has only its reference loops for a pass
-            if not self.tuner.measure or torch_run is None:
-                if not _policy.conv(strategy, x, w, groups, pads, d, training):
-                    return None
-            else:
-                key = _conv_key("conv", x, w, s, d, pads, groups, training)
-
-                def native(x: Tensor, w: Tensor, b: Tensor | None) -> Tensor:
-                    return _ops.conv(x, w, b, s, d, pads, groups)
-
-                if not self._measured(key, (x, w, b), torch_run, native, training):
-                    return None
+            memo = (
+                _ops._call_key(0, x, w, b is not None, s, d, pads, groups, training),
+                strategy,
+                torch.get_num_threads(),
+                self.tuner.version,
+                self.tuner.measure and torch_run is not None,
+            )
+            use = self._decided.get(memo)
+            if use is None:
+                use = self._conv_choice(strategy, x, w, b, s, d, pads, groups, training, torch_run)
+                if len(self._decided) > 4096:
+                    self._decided.clear()
+                self._decided[memo] = use
+            if not use:
+                return None
         try:
             return _ops.conv(x, w, b, s, d, pads, groups)
         except _ops.NativeError as err:

@@ -36,6 +36,9 @@ Key = tuple[Any, ...]
 ROUNDS = 5
 #: an op whose warm-up takes longer than this (seconds) is timed with two rounds
 SLOW = 0.05
+#: a round times a block of calls lasting about this long (seconds), at most BLOCK_CALLS
+BLOCK = 0.002
+BLOCK_CALLS = 20
 
 
 def bucket(n: int) -> int:
@@ -71,6 +74,8 @@ class Tuner:
         self.machine: dict[str, Any] = {}
         self._loaded = False
         self._lock = threading.Lock()
+        #: bumped whenever remembered choices may change meaning (another file, forget)
+        self.version = 0
 
     # ------------------------------------------------------------------ the file
 
@@ -90,6 +95,7 @@ class Tuner:
         if path != self.path:  # choices made for other facts do not carry over
             self.choices.clear()
             self.timings.clear()
+            self.version += 1
         self.path = path
         self._loaded = False
 
@@ -157,6 +163,7 @@ class Tuner:
         with self._lock:
             self.choices.clear()
             self.timings.clear()
+            self.version += 1
             self._loaded = True
             if self.path is not None:
                 with contextlib.suppress(OSError):
@@ -181,22 +188,33 @@ class Tuner:
 
 
 def _time_pair(run_torch: Callable[[], Any], run_native: Callable[[], Any]) -> tuple[float, float]:
-    """Median seconds of each, after one warm-up run each, in interleaved rounds."""
+    """Seconds per call of each side: one warm-up call each, then interleaved rounds of a
+    block of calls (about a millisecond or more) per side; the medians of the per-call
+    times. The second value is scaled so that its ratio to the first is the median of the
+    paired per-round ratios, which cancels slow drifts in machine speed."""
     t0 = time.perf_counter()
     run_torch()
     t1 = time.perf_counter()
     run_native()
     t2 = time.perf_counter()
-    rounds = 2 if max(t1 - t0, t2 - t1) > SLOW else ROUNDS
+    slowest = max(t1 - t0, t2 - t1)
+    fastest = max(min(t1 - t0, t2 - t1), 1e-7)
+    rounds = 2 if slowest > SLOW else ROUNDS
+    calls = max(1, min(BLOCK_CALLS, int(BLOCK / fastest)))
     ts: list[float] = []
-    ns: list[float] = []
+    ratios: list[float] = []
     for r in range(rounds):
         order = (run_torch, run_native) if r % 2 == 0 else (run_native, run_torch)
+        got = {}
         for fn in order:
             a = time.perf_counter()
-            fn()
-            (ts if fn is run_torch else ns).append(time.perf_counter() - a)
-    return _median(ts), _median(ns)
+            for _ in range(calls):
+                fn()
+            got[fn is run_torch] = (time.perf_counter() - a) / calls
+        ts.append(got[True])
+        ratios.append(got[False] / max(got[True], 1e-12))
+    t = _median(ts)
+    return t, t * _median(ratios)
 
 
 _FIELDS = (
