@@ -591,9 +591,13 @@ def register_layers(convs: dict[int, type[nn.Module]], transposed: dict[int, typ
             }
         )
         qat.update(
-            {conv: t_conv, _FUSED_RELU[nd]: t_relu, _FUSED_BN[nd]: t_bn, _FUSED_BN_RELU[nd]: t_bn}
+            {
+                conv: t_conv,
+                _FUSED_RELU[nd]: t_relu,
+                _FUSED_BN[nd]: t_bn,
+                _FUSED_BN_RELU[nd]: t_bn_relu,
+            }
         )
-        qat[_FUSED_BN_RELU[nd]] = t_bn_relu
     for nd, conv in transposed.items():
         if nd in bns:
             fusers[(conv, bns[nd])] = fuse_conv_bn
