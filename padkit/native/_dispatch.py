@@ -229,19 +229,40 @@ class Hook:
             return None
         if not self.force:
             training = _training(x)
-            if not _ops.pool_is_fast(kind, x, outs, k, s, d, pads, training=training):
+            measure = self.tuner.measure and torch_run is not None
+            memo = (
+                kind,
+                strategy,
+                x.shape,
+                x.stride(),
+                x.dtype,
+                tuple(k),
+                tuple(s),
+                tuple(d),
+                tuple(pads),
+                tuple(outs),
+                training,
+                torch.get_num_threads(),
+                self.tuner.version,
+                measure,
+            )
+            use = self._decided.get(memo)
+            if use is None:
+                use = _ops.pool_is_fast(kind, x, outs, k, s, d, pads, training=training)
+                if use and not measure:
+                    use = _policy.pool(kind, strategy, x, k, s, pads)
+                elif use and torch_run is not None:
+                    key = _pool_key(kind, x, k, s, d, pads, training)
+
+                    def native(x: Tensor) -> Tensor:
+                        return _ops.pool(kind, x, outs, k, s, d, pads)
+
+                    use = self._measured(key, (x,), torch_run, native, training)
+                if len(self._decided) > 4096:
+                    self._decided.clear()
+                self._decided[memo] = use
+            if not use:
                 return None
-            if not self.tuner.measure or torch_run is None:
-                if not _policy.pool(kind, strategy, x, k, s, pads):
-                    return None
-            else:
-                key = _pool_key(kind, x, k, s, d, pads, training)
-
-                def native(x: Tensor) -> Tensor:
-                    return _ops.pool(kind, x, outs, k, s, d, pads)
-
-                if not self._measured(key, (x,), torch_run, native, training):
-                    return None
         try:
             return _ops.pool(kind, x, outs, k, s, d, pads)
         except _ops.NativeError as err:
