@@ -151,15 +151,76 @@ def test_extra_padding_keeps_the_offline_output_for_every_length() -> None:
     torch.testing.assert_close(streamed, full[..., :6], rtol=1e-4, atol=1e-5)
 
 
-def test_reflect_pads_convert_and_are_refused_by_the_stream_with_the_reason() -> None:
+def reflect_part(part: str) -> tuple[nn.Module, Tensor, int]:
+    """EnCodec with its default pad_mode="reflect": the module, an input of 12 frames, and
+    its start-up in input samples. The encoder's last conv (kernel 7, left pad 6 at the frame
+    rate) reflects frames 1..6, complete after 7 hops; the decoder's first conv (kernel 7)
+    reflects frames 1..6 of its input: 7 frames."""
     e = encodec("reflect")
-    x = torch.randn(2, 1, 6 * HOP)
-    new, report = convert_causal(e.encoder, x[:1])
-    assert "mode 'reflect'" in str(report)
+    if part == "encoder":
+        return e.encoder, torch.randn(3, 1, 12 * HOP), 7 * HOP
+    return e.decoder, torch.randn(3, 8, 12), 7
+
+
+@pytest.mark.parametrize("part", ["encoder", "decoder"])
+def test_reflect_codec_streams_exactly_after_its_startup_delay(part: str) -> None:
+    model, x, startup = reflect_part(part)
+    new, report = convert_causal(model, x[:1])
+    assert "mode 'reflect'" in str(report) and not report.skipped, str(report)
+    sm = StreamingModule(new)
+    n = x.shape[-1]
     with torch.no_grad():
-        torch.testing.assert_close(new(x), e.encoder(x), rtol=1e-5, atol=1e-6)
-    with pytest.raises(PaddingError, match=r"'reflect': its first outputs read samples 1\.\.6"):
-        StreamingModule(new)
+        full = model(x)  # the HF module itself, full sequence, reflect padding
+        for sizes in chunkings(n):
+            torch.testing.assert_close(stream(sm, x, sizes), full, rtol=1e-4, atol=1e-5)
+        assert sm.startup_delay == startup
+        # chunks of 1: nothing until the reflected samples have arrived, then every output
+        # with the sample that completes it (encoder: complete frames; decoder: HOP per frame)
+        state = sm.init_state(example=x[..., :1])
+        total, counts = 0, []
+        for chunk in x.split(1, -1):
+            y, state = sm.step(chunk, state)
+            total += y.shape[-1]
+            counts.append(total)
+    per = (lambda m: m // HOP) if part == "encoder" else (lambda m: m * HOP)
+    assert counts == [0 if m < startup else per(m) for m in range(1, n + 1)]
+
+
+def test_reflect_codec_resets_whole_batches_and_exports_past_its_startup(tmp_path: object) -> None:
+    """A restarted row would wait for its start-up while the other rows emit: reset_rows
+    refuses part of a batch (restarting all rows works); the ONNX step, exported from a state
+    past the start-up, continues the stream in onnxruntime."""
+    import onnxruntime as ort
+
+    model, x, startup = reflect_part("encoder")
+    new, _ = convert_causal(model, x[:1])
+    sm = StreamingModule(new)
+    with torch.no_grad():
+        full = model(x)
+        first, state = sm.step(x[..., :startup], sm.init_state(example=x[..., :1]))
+    with pytest.raises(PaddingError, match=r"rows=\[1\] restart part of a batch of 3.*'reflect'"):
+        sm.reset_rows(state, [1])
+    with torch.no_grad():
+        again = stream(sm, x, [5] * (x.shape[-1] // 5) + [x.shape[-1] % 5])
+        restarted = sm.reset_rows(state, [0, 1, 2])
+        a, restarted = sm.step(x[..., :9], restarted)
+        b, _ = sm.step(x[..., 9:], restarted)
+    torch.testing.assert_close(again, full, rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(torch.cat([a, b], -1), full, rtol=1e-4, atol=1e-5)
+    assert a.shape[-1] == 0  # the restart holds its first samples again
+
+    with pytest.raises(PaddingError, match=f"first run needs {startup} samples"):
+        sm.step_module(torch.zeros(3, 1, HOP))
+    path = str(tmp_path) + "/encodec_reflect_step.onnx"  # type: ignore[operator]
+    names = sm.export_onnx(path, torch.zeros(3, 1, HOP), state)
+    sess = ort.InferenceSession(path)
+    values = [state[k].numpy() for k in names]
+    outs = [first]
+    for chunk in x[..., startup:].split(HOP, -1):
+        feed = {"chunk": chunk.numpy(), **{f"state_in.{k}": v for k, v in zip(names, values)}}
+        out, *values = sess.run(None, feed)
+        outs.append(torch.from_numpy(out))
+    torch.testing.assert_close(torch.cat(outs, -1), full, rtol=1e-4, atol=1e-5)
 
 
 def test_unconverted_codecs_raise_naming_the_module() -> None:

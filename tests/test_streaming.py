@@ -10,6 +10,7 @@ opset-27 operator's reference implementation (and onnxruntime's kernel).
 from __future__ import annotations
 
 import io
+import itertools
 from collections.abc import Callable, Sequence
 
 import pytest
@@ -346,6 +347,80 @@ def test_replicate_first_frame_state_is_filled_by_the_first_sample() -> None:
     torch.testing.assert_close(y, conv(x)[..., 1:])
 
 
+class ReflectResidual(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = pn.Conv1d(4, 4, 3, dilation=2, padding="causal", padding_mode="reflect")
+
+    def forward(self, x: Tensor) -> Tensor:
+        return x + self.conv(torch.relu(x))  # type: ignore[no-any-return]
+
+
+def reflect_model() -> nn.Module:
+    torch.manual_seed(12)
+    return nn.Sequential(
+        pn.Conv1d(1, 4, 5, padding="causal", padding_mode="reflect"),  # reflects samples 1..4
+        ReflectResidual(),  # 1..4 of its input, on one branch of the add
+        pn.Conv1d(4, 4, 4, stride=2, padding="causal_block", padding_mode="reflect"),  # 1..2
+        pn.Conv1d(4, 2, 4, padding="causal", padding_mode="reflect"),  # frames 1..3: 8 samples
+    ).eval()
+
+
+@pytest.mark.parametrize("sizes", [[1] * 20, [7, 7, 6], [3, 2, 9, 1, 5]])
+def test_reflect_time_padding_streams_after_its_startup_delay(sizes: list[int]) -> None:
+    model = reflect_model()
+    x = torch.randn(2, 1, 20)
+    with torch.no_grad():
+        full = model(x)
+    # the reference: reflect padding written out with F.pad before each unpadded conv
+    ref = F.conv1d(F.pad(x, (4, 0), mode="reflect"), model[0].weight, model[0].bias)
+    inner = F.pad(torch.relu(ref), (4, 0), mode="reflect")
+    ref = ref + F.conv1d(inner, model[1].conv.weight, model[1].conv.bias, dilation=2)
+    ref = F.conv1d(F.pad(ref, (2, 0), mode="reflect"), model[2].weight, model[2].bias, 2)
+    ref = F.conv1d(F.pad(ref, (3, 0), mode="reflect"), model[3].weight, model[3].bias)
+    torch.testing.assert_close(full, ref.detach(), rtol=1e-5, atol=1e-6)
+    sm = StreamingModule(model)
+    assert sm.reflect_layers == {"0": 4, "1.conv": 4, "2": 2, "3": 3}
+    state = sm.init_state(example=x[..., :1])
+    assert sm.startup_delay == 8  # the last conv's first window reads frames 0..3: 8 samples
+    outs, seen, counts = [], 0, []
+    with torch.no_grad():
+        for chunk in x.split(sizes, -1):
+            y, state = sm.step(chunk, state)
+            outs.append(y)
+            seen += chunk.shape[-1]
+            counts.append(sum(o.shape[-1] for o in outs))
+    torch.testing.assert_close(torch.cat(outs, -1), full, rtol=1e-5, atol=1e-6)
+    # nothing before the start-up, then every output the samples seen complete
+    assert counts == [0 if n < 8 else n // 2 for n in itertools.accumulate(sizes)]
+
+
+def test_reflect_stream_forward_flush_and_reset_rows() -> None:
+    model = reflect_model()
+    sm = StreamingModule(model)
+    x = torch.randn(3, 1, 16)
+    with torch.no_grad():
+        full = model(x)
+        assert sm(x[..., :5]).shape == (3, 2, 0)  # held: the start-up needs 8 samples
+        torch.testing.assert_close(
+            torch.cat([sm(x[..., 5:9]), sm(x[..., 9:])], -1), full, rtol=1e-5, atol=1e-6
+        )
+        assert sm.verify(x, [2, 3, 11]) <= 1e-5
+        # a sequence that ends during the start-up: flush runs the held samples as the full
+        # run would, and here the last conv's reflect pad (3) needs 4 frames
+        _, state = sm.step(x[..., :7], sm.init_state(example=x[..., :1]))
+        with pytest.raises(PaddingError, match=r"'3' pads the time axis in mode 'reflect' by 3"):
+            sm.flush(state)
+        _, state = sm.step(x[..., :10], sm.init_state(example=x[..., :1]))
+    with pytest.raises(PaddingError, match=r"restart part of a batch of 3.*first 8 samples"):
+        sm.reset_rows(state, [2])
+    with pytest.raises(PaddingError, match="restart part of a batch"):
+        sm.reset(rows=[0])  # the state forward() keeps
+    with torch.no_grad():
+        state = sm.reset_rows(state, [0, 1, 2])
+        torch.testing.assert_close(sm.step(x, state)[0], full, rtol=1e-5, atol=1e-6)
+
+
 def test_verify_catches_branches_that_emit_at_different_times() -> None:
     class Misaligned(nn.Module):
         def __init__(self) -> None:
@@ -394,9 +469,16 @@ REFUSED: list[tuple[str, Callable[[], nn.Module], str]] = [
     ("same conv", lambda: nn.Sequential(pn.Conv1d(1, 1, 3, padding="same")), r"'0'.*right pad"),
     ("torch pad", lambda: nn.Sequential(nn.Conv1d(1, 1, 3, padding=1)), r"'0'.*\(1, 1\)"),
     (
-        "reflect time",
-        lambda: pn.Conv1d(1, 1, 3, padding="causal", padding_mode="reflect"),
-        "mode 'reflect'",
+        "circular time",
+        lambda: pn.Conv1d(1, 1, 3, padding="causal", padding_mode="circular"),
+        "mode 'circular'",
+    ),
+    (
+        "reflect lookahead",
+        lambda: StreamingModule(
+            pn.Conv1d(1, 1, 3, padding="causal", padding_mode="reflect"), lookahead="auto"
+        ),
+        r"lookahead=.*mode 'reflect'",
     ),
     ("group norm", lambda: nn.Sequential(nn.GroupNorm(1, 1)), "GroupNorm '0'"),
     ("global pool", lambda: nn.Sequential(nn.AdaptiveAvgPool1d(1)), "AdaptiveAvgPool1d '0'"),

@@ -18,9 +18,10 @@ Which modules stream:
 
 * ``torch.nn.Conv1d/2d/3d`` and ``Max/Avg/LPPool1d/2d/3d`` (padkit's or torch's) whose
   time-axis padding is ``(lo, 0)``; ``"causal"`` and ``"causal_block"`` are such rules.
-  The time axis may use ``padding_mode`` ``"zeros"`` or ``"replicate"`` (the first frame
-  repeated, as causal video VAEs do); other axes may be padded any way (``"same"`` for
-  video).
+  The time axis may use ``padding_mode`` ``"zeros"``, ``"replicate"`` (the first frame
+  repeated, as causal video VAEs do) or ``"reflect"`` (samples ``1..lo`` mirrored: the
+  stream holds its input until they have arrived, :attr:`StreamingModule.startup_delay`);
+  other axes may be padded any way (``"same"`` for video).
 * per-time-step modules pass through: activations, dropout, ``Identity``, ``BatchNorm`` in
   eval mode, and the channel-wise ``Linear``/``LayerNorm``/``RMSNorm``/``GLU``/softmax
   family (trusted to act on channels, not on time).
@@ -30,7 +31,7 @@ Which modules stream:
   and vocoder decoders stream.
 
 It refuses, naming the module: a conv or pool with right padding on the time axis (a
-``"same"`` conv; stream it with ``lookahead=``), ``reflect``/``circular`` time padding,
+``"same"`` conv; stream it with ``lookahead=``), ``circular`` time padding,
 ``BatchNorm`` in train mode, ``GroupNorm``/``InstanceNorm``, adaptive (global) pooling,
 upsampling, recurrent and attention layers, pad modules (``convert_causal`` rewrites
 them), ``Flatten``, and leaf modules it does not know (declare them per-time-step with
@@ -248,6 +249,8 @@ StreamState = dict[str, Tensor]
 # lookahead mode: the model input not yet committed, and the samples seen
 _INPUT_KEY = "<stream>.input"
 _POS_KEY = "<stream>.pos"
+# reflect time padding: the input held until the stream's start-up is complete
+_STARTUP_KEY = "<stream>.startup"
 
 _TORCH_CONV: dict[int, Any] = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}
 _TORCH_CONVT: dict[int, Any] = {
@@ -291,6 +294,9 @@ class _Plan:
     replicate: bool  # time padding repeats the first frame
     padkit: bool  # a padkit layer (else a plain torch one)
     hi: int = 0  # right pad (lookahead mode); transposed: outputs held back at the end
+    # time padding reflects samples 1..lo of the layer's input: filled in by the first call,
+    # which must bring lo + 1 samples (the stream's start-up hold sees to it)
+    reflect: bool = False
     # derived in __post_init__ (read on every step, so stored rather than computed)
     k_eff: int = field(init=False)
     stride: int = field(init=False)
@@ -319,7 +325,13 @@ class _Plan:
         object.__setattr__(self, "history", hist)
         simple = self.kind != "convt" and stride == 1 and self.lo == k_eff - 1
         object.__setattr__(self, "simple", simple)
-        fast = simple and self.kind == "conv" and self.nd == 1 and not self.replicate
+        fast = (
+            simple
+            and self.kind == "conv"
+            and self.nd == 1
+            and not self.replicate
+            and not self.reflect
+        )
         object.__setattr__(self, "fast", fast and self.hi == 0 and k_eff > 1)
         object.__setattr__(self, "pointwise", fast and self.hi == 0 and k_eff == 1)
         object.__setattr__(self, "key_buf", f"{self.name}.buf")
@@ -456,33 +468,29 @@ def _plan_layer(name: str, layer: nn.Module, axis: int, lookahead: bool = False)
             "'causal_block') on the time axis, e.g. ('causal', 'same', 'same') for video, or "
             "stream with a delay: StreamingModule(model, lookahead='auto')"
         )
-    replicate = False
+    replicate = reflect = False
     if kind == "conv" and lo + hi > 0:
         mode: Any = layer.padding_mode
         tmode = mode if isinstance(mode, str) else mode[ti]
-        if tmode == "replicate" and lookahead:
+        if tmode in ("replicate", "reflect") and lookahead:
             raise PaddingError(
                 f"StreamingModule(lookahead=...): {what} pads the time axis in mode "
-                "'replicate'; lookahead streaming pads time with zeros only"
+                f"{tmode!r}; lookahead streaming pads time with zeros only"
             )
         if tmode == "replicate":
             replicate = True
-        elif tmode == "reflect":
-            raise PaddingError(
-                f"StreamingModule: {what} pads the time axis in mode 'reflect': its first "
-                f"outputs read samples 1..{lo} of the sequence, so a stream could emit them only "
-                "after a start-up delay, which padkit does not implement yet; stream with "
-                "'zeros' or 'replicate' (repeat the first frame) on the time axis (EnCodec: "
-                "pad_mode='constant')"
-            )
-        elif tmode != "zeros":
+        elif tmode == "reflect" and lo > 0:
+            # its first outputs read samples 1..lo of its input: the stream holds its input
+            # until every such layer's first call brings them (StreamingModule.startup_delay)
+            reflect = True
+        elif tmode not in ("zeros", "reflect"):
             raise PaddingError(
                 f"StreamingModule: {what} pads the time axis in mode {tmode!r}, which reads "
                 "samples from the end of the sequence; stream with 'zeros' or 'replicate' "
                 "(repeat the first frame) on the time axis, e.g. padding_mode=('replicate', "
                 "'zeros', 'zeros')"
             )
-    return _Plan(name, kind, nd, ti, k, s, d, lo, replicate, is_padkit, hi)
+    return _Plan(name, kind, nd, ti, k, s, d, lo, replicate, is_padkit, hi, reflect=reflect)
 
 
 def _plan_transposed(
@@ -583,6 +591,9 @@ class _Context:
     # [start, end), the samples before commit become history
     lookahead: tuple[int, int, int] | None = None
     record: dict[str, tuple[int, int]] | None = None
+    # a run whose outputs and new state are thrown away (init_state's shape probe, the
+    # start-up length search): reflect layers may get fewer samples than their pad
+    shape_only: bool = False
     called: set[str] = field(default_factory=set)
     # per step: a layer's sample count advanced by the chunk length, shared by the layers
     # that hold the same count tensor (saves one tensor op per layer)
@@ -719,6 +730,8 @@ class StreamingModule(nn.Module):
         self._pairs_cache: dict[tuple[str, tuple[int, ...]], tuple[tuple[int, int], ...]] = {}
         self._taps_cache: dict[tuple[int, int], tuple[Tensor, Tensor]] = {}
         self._lookahead_mode = lookahead is not None
+        self._startup_cache: dict[tuple[Any, ...], int] = {}
+        self._startup: int | None = None
         self._scan(model, "", set())
         self._stand_ins.clear()
         if lookahead is not None and self._rnn_plans:
@@ -881,9 +894,10 @@ class StreamingModule(nn.Module):
             )
             dim = self.axis if self.axis >= 0 else probe.dim() + self.axis
             span = (0, 0, int(probe.shape[dim])) if self._lookahead_mode else None
-            ctx = _Context(state_in={}, lazy=True, lookahead=span)
+            ctx = _Context(state_in={}, lazy=True, lookahead=span, shape_only=True)
             with torch.no_grad():
                 self._run(probe, ctx)
+            self._startup_samples(probe)
             return ctx.created
         n = 1 if batch_size is None else batch_size
         dflt_dtype, dflt_device = self._default_dtype_device()
@@ -996,7 +1010,10 @@ class StreamingModule(nn.Module):
                 f"got {rows!r}"
             )
         idx = torch.as_tensor(rows, dtype=torch.int64).flatten()
+        if self._has_reflect():
+            self._reset_rows_reflect(state, idx, rows)
         new = dict(state)
+        new.pop(_STARTUP_KEY, None)
         counts: dict[int, Tensor] = {}  # shared count tensors stay shared
         for plan in self._stateful():
             buf, pos = state.get(plan.key_buf), state.get(plan.key_pos)
@@ -1030,6 +1047,35 @@ class StreamingModule(nn.Module):
                 v[idx.to(v.device)] = 0.0
                 new[key] = v
         return new
+
+    def _reset_rows_reflect(self, state: StreamState, idx: Tensor, rows: Any) -> None:
+        """A reflect-padded model restarts the whole batch or nothing: a restarted row would
+        hold its input for :attr:`startup_delay` samples while the other rows emit, and one
+        step returns one time length for every row."""
+        n = next(
+            (
+                int(state[p.key_pos].shape[0])
+                for p in self._plans.values()
+                if p.key_pos in state and state[p.key_pos].dim()
+            ),
+            None,
+        )
+        if n is None:
+            return
+        if idx.numel() and (int(idx.min()) < -n or int(idx.max()) >= n):
+            raise PaddingError(
+                f"reset_rows(): rows={rows!r} out of range for a batch of {n} streams"
+            )
+        if len({int(r) % n for r in idx.tolist()}) == n:
+            return  # every row restarts: the whole batch starts over together
+        raise PaddingError(
+            f"reset_rows(): rows={rows!r} restart part of a batch of {n}, but the model pads "
+            f"time in mode 'reflect' ({self._reflect_names()}): a restarted stream holds its "
+            f"first {self._startup or 'startup_delay'} samples before its first output (its "
+            "reflected samples must arrive), while the other rows emit, and a step returns one "
+            "time length for all rows. Start the new stream in a state of its own "
+            "(init_state()), restart every row, or pad time with 'zeros'/'replicate'"
+        )
 
     # ------------------------------------------------------------------ stepping
 
@@ -1070,11 +1116,120 @@ class StreamingModule(nn.Module):
         if self._lookahead_mode:
             return self._step_lookahead(chunk, state, final=False, lazy=False)
         self._self_check(chunk)
-        ctx = _Context(state_in=state)
-        out = self._run(chunk, ctx)
-        new_state = dict(state)
+        return self._step_causal(chunk, state, lazy=False, final=False)
+
+    def _step_causal(
+        self, chunk: Tensor, state: StreamState, *, lazy: bool, final: bool
+    ) -> tuple[Any, StreamState]:
+        """One causal step; with reflect time padding, the input is held (and an empty
+        output returned) until the stream's start-up is complete (:attr:`startup_delay`)."""
+        x = chunk
+        pending = state.get(_STARTUP_KEY)
+        if pending is not None or (self._has_reflect() and self._at_start(state)):
+            dim = self.axis if self.axis >= 0 else chunk.dim() + self.axis
+            if pending is not None:
+                if pending.shape[:dim] != chunk.shape[:dim] or (
+                    pending.shape[dim + 1 :] != chunk.shape[dim + 1 :]
+                ):
+                    raise PaddingError(
+                        f"step(): state {_STARTUP_KEY!r} holds input of shape "
+                        f"{tuple(pending.shape)}, which the chunk of shape {tuple(chunk.shape)} "
+                        "does not continue; pass the state returned by the previous step"
+                    )
+                x = torch.cat([pending, chunk], dim)
+            if not final and x.shape[dim] < self._startup_samples(chunk):
+                ctx = _Context(state_in=state, lazy=lazy)
+                out = self._run(x.narrow(dim, 0, 0), ctx)
+                held = dict(ctx.created)
+                held.update(state)
+                held[_STARTUP_KEY] = x.clone()
+                return out, held
+        ctx = _Context(state_in=state, lazy=lazy)
+        out = self._run(x, ctx)
+        new_state = dict(ctx.created)
+        new_state.update(state)
         new_state.update(ctx.state_out)
+        new_state.pop(_STARTUP_KEY, None)
         return out, new_state
+
+    def _has_reflect(self) -> bool:
+        return any(p.reflect for p in self._plans.values())
+
+    def _at_start(self, state: StreamState) -> bool:
+        """Whether the reflect-padded layers have not started yet (all rows)."""
+        started = set()
+        for plan in self._plans.values():
+            pos = state.get(plan.key_pos) if plan.reflect else None
+            if pos is None or pos.numel() == 0:
+                continue
+            started.update({int(pos.min()) > 0, int(pos.max()) > 0})
+        if len(started) > 1:
+            raise PaddingError(
+                "step(): some streams in this batch have started and others not, and the "
+                f"model pads time in mode 'reflect' ({self._reflect_names()}): a starting row "
+                "would wait for its start-up while the others emit. Start new streams in a "
+                "state of their own (init_state())"
+            )
+        return not started or started == {False}
+
+    def _reflect_names(self) -> list[str]:
+        return [p.name for p in self._plans.values() if p.reflect]
+
+    def _startup_samples(self, chunk: Tensor) -> int:
+        """The input samples a stream must hold before its first run, so that every
+        reflect-padded layer's first call brings the ``lo + 1`` samples its pad reflects
+        (found by running the model on zero inputs of growing length; cached per shape)."""
+        reflect = [p for p in self._plans.values() if p.reflect]
+        if not reflect:
+            return 0
+        dim = self.axis if self.axis >= 0 else chunk.dim() + self.axis
+        key = (
+            tuple(int(v) for i, v in enumerate(chunk.shape) if i not in (0, dim)),
+            chunk.dtype,
+            str(chunk.device),
+        )
+        hit = self._startup_cache.get(key)
+        if hit is not None:
+            self._startup = hit
+            return hit
+        shape = list(chunk.shape)
+        shape[0] = 1
+        failure: list[str] = []
+
+        def enough(n: int) -> bool:
+            shape[dim] = n
+            ctx = _Context(state_in={}, lazy=True, record={}, shape_only=True)
+            try:
+                with torch.no_grad():
+                    self._run(chunk.new_zeros(shape), ctx)
+            except PaddingError:
+                raise
+            except Exception as err:  # the model's own code needs a longer input
+                failure[:] = [f"{type(err).__name__}: {str(err).splitlines()[0]}"]
+                return False
+            assert ctx.record is not None
+            return all(ctx.record.get(p.name, (0, 0))[1] > p.lo for p in reflect)
+
+        top = 1
+        while not enough(top):
+            if top >= 1 << 22:
+                raise PaddingError(
+                    f"StreamingModule: the reflect-padded layers {[p.name for p in reflect]} "
+                    f"do not all get lo + 1 samples on a first run of {top} samples"
+                    + (f" (the model raised {failure[0]})" if failure else "")
+                    + "; such a model cannot start a stream"
+                )
+            top *= 2
+        low = top // 2  # not enough (0: nothing)
+        while top - low > 1:
+            mid = (low + top) // 2
+            if enough(mid):
+                top = mid
+            else:
+                low = mid
+        self._startup_cache[key] = top
+        self._startup = top
+        return top
 
     def flush(self, state: StreamState, example: Tensor | None = None) -> Any:
         """End the stream: the outputs still held back (lookahead mode), as the full-sequence
@@ -1085,7 +1240,7 @@ class StreamingModule(nn.Module):
         """
         if not isinstance(state, dict):
             raise TypeError(f"flush(): state must be a state dict, got {type(state).__name__}")
-        held = state.get(_INPUT_KEY)
+        held = state.get(_INPUT_KEY, state.get(_STARTUP_KEY))
         if example is None and held is None:
             raise PaddingError("flush(): pass example= (a chunk) when no step has run")
         probe = held if held is not None else example
@@ -1094,7 +1249,8 @@ class StreamingModule(nn.Module):
         empty = probe.narrow(dim, 0, 0)
         if self._lookahead_mode:
             return self._step_lookahead(empty, state, final=True, lazy=False)[0]
-        return self.step(empty, state)[0]
+        self._check_chunk(empty, "flush(): example")
+        return self._step_causal(empty, state, lazy=False, final=True)[0]
 
     def _step_lookahead(
         self, chunk: Tensor, state: StreamState, *, final: bool, lazy: bool
@@ -1139,18 +1295,32 @@ class StreamingModule(nn.Module):
             )
             return out
         self._self_check(chunk)
-        ctx = _Context(state_in=self._state if self._state is not None else {}, lazy=True)
-        out = self._run(chunk, ctx)
-        new_state = dict(ctx.created)
-        new_state.update(self._state or {})
-        new_state.update(ctx.state_out)
-        self._state = new_state
+        out, self._state = self._step_causal(chunk, self._state or {}, lazy=True, final=False)
         return out
 
     @property
     def delay(self) -> int:
-        """Samples by which the outputs lag the input (lookahead mode; 0 when causal)."""
+        """Samples by which the outputs lag the input (lookahead mode; 0 when causal). A
+        reflect-padded model's start-up hold is :attr:`startup_delay`."""
         return self._delay
+
+    @property
+    def startup_delay(self) -> int | None:
+        """Input samples a stream holds before its first outputs: 0 unless the model pads
+        time in mode ``"reflect"``, whose first outputs read samples ``1..lo`` of each such
+        layer's input. Once they have arrived, every output comes out with the chunk that
+        completes it, as in a zero-padded stream (a start-up hold, not a constant lag).
+        Found for an input shape by :meth:`init_state` with ``example=`` or the first step;
+        None before that."""
+        if not self._has_reflect():
+            return 0
+        return self._startup
+
+    @property
+    def reflect_layers(self) -> dict[str, int]:
+        """The layers padding time in mode ``"reflect"``, with their left pad ``lo``: each
+        waits for samples ``1..lo`` of its input before its first output."""
+        return {p.name: p.lo for p in self._plans.values() if p.reflect}
 
     @property
     def delays(self) -> dict[str, int]:
@@ -1328,6 +1498,8 @@ class StreamingModule(nn.Module):
                 buf = torch.where((pos == 0).view(-1, *[1] * (x.dim() - 1)), first, buf)
             elif pos_i == 0:
                 buf = first
+        elif plan.reflect and length > 0 and (mixed or pos_i == 0):
+            buf = self._reflect_start(plan, layer, x, buf, pos, pos_i, mixed, ctx)
         cat = torch.cat([buf, x], dim=td) if plan.history > 0 else x
         off, m = plan.window(pos_i, length)
         if m > 0:
@@ -1350,6 +1522,40 @@ class StreamingModule(nn.Module):
             ctx.state_out[key_buf] = buf
         ctx.state_out[key_pos] = self._advance(ctx, pos, length)
         return y
+
+    def _reflect_start(
+        self,
+        plan: _Plan,
+        layer: nn.Module,
+        x: Tensor,
+        buf: Tensor,
+        pos: Tensor,
+        pos_i: int,
+        mixed: bool,
+        ctx: _Context,
+    ) -> Tensor:
+        """The history of a reflect-padded layer at the start of its stream: samples
+        ``lo .. 1`` of its first input (what ``F.pad(x, (lo, 0), mode="reflect")`` puts
+        before it), for the rows that start now."""
+        td = 2 + plan.ti
+        lo = plan.lo
+        if x.shape[td] <= lo:
+            if ctx.shape_only or (ctx.static_pos is not None and pos_i > 0):
+                # a probe, or a graph exported past the start-up (it serves such states)
+                return buf
+            raise PaddingError(
+                f"StreamingModule: {type(layer).__name__} {plan.name!r} pads the time axis in "
+                f"mode 'reflect' by {lo}: the first call of its stream must bring at least "
+                f"{lo + 1} samples (its pad reflects samples 1..{lo}), got {x.shape[td]}. The "
+                "stream holds its input until the start-up is complete (startup_delay); a row "
+                "restarted alone, or a sequence shorter than that, cannot start this layer"
+            )
+        refl = x.narrow(td, 1, lo).flip(td)
+        if plan.history > lo:  # samples before the pad: never read by a window
+            refl = torch.cat([buf.narrow(td, 0, plan.history - lo), refl], dim=td)
+        if mixed:
+            return torch.where((pos == 0).view(-1, *[1] * (x.dim() - 1)), refl, buf)
+        return refl
 
     def _phase(self, plan: _Plan, pos: Tensor, length: int) -> tuple[int, bool]:
         """The sample count all rows share for this layer's windows, and whether the rows'
@@ -1559,7 +1765,7 @@ class StreamingModule(nn.Module):
             for chunk in torch.split(x, sizes, dim=dim):
                 y, state = self.step(chunk, state)
                 outs.append(y)
-            if self._lookahead_mode:
+            if self._lookahead_mode or _STARTUP_KEY in state:
                 outs.append(self.flush(state))
         if not isinstance(full, Tensor):
             raise TypeError(f"verify(): the model must return a Tensor, got {type(full).__name__}")
@@ -1603,6 +1809,18 @@ class StreamingModule(nn.Module):
         self._self_check(example)
         if state is None:
             state = self.init_state(example=example)
+        if _STARTUP_KEY in state or (self._has_reflect() and self._at_start(state)):
+            dim = self.axis if self.axis >= 0 else example.dim() + self.axis
+            need = self._startup_samples(example)
+            if _STARTUP_KEY in state or example.shape[dim] < need:
+                raise PaddingError(
+                    f"step_module(): the model pads time in mode 'reflect' "
+                    f"({self._reflect_names()}): a stream's first run needs {need} samples "
+                    f"(startup_delay), the exported chunk has {example.shape[dim]}"
+                    + (" and the state holds a start-up" if _STARTUP_KEY in state else "")
+                    + ". Export a chunk of at least that length, or export from a state past "
+                    "the start-up (step() the first samples; the graph then serves such states)"
+                )
         ctx = _Context(state_in=state, record={})
         with torch.no_grad():
             self._run(torch.zeros_like(example), ctx)
