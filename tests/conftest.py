@@ -8,6 +8,8 @@ doctests included.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
 
 TENSORFLOW_MODULES = ("test_keras.py", "test_onnx_tf2onnx.py")
@@ -17,3 +19,17 @@ def pytest_collection_modifyitems(
     session: pytest.Session, config: pytest.Config, items: list[pytest.Item]
 ) -> None:
     items.sort(key=lambda item: item.path.name in TENSORFLOW_MODULES)
+
+
+@pytest.fixture
+def torch_plans() -> Iterator[None]:
+    """padkit's pure-torch plans, for a test about what those plans run (the optional
+    oneDNN backend, on by default where its extra is installed, is detached meanwhile)."""
+    from padkit.native import _dispatch
+
+    before = _dispatch.active
+    _dispatch.active = None
+    try:
+        yield
+    finally:
+        _dispatch.active = before

@@ -153,7 +153,7 @@ def test_crop_plans_are_left_as_they_are() -> None:
     assert report.paths == [] and report.skipped == [] and fused is not net
 
 
-def test_tcn_training_takes_crop_views_with_exact_gradients() -> None:
+def test_tcn_training_takes_crop_views_with_exact_gradients(torch_plans: None) -> None:
     model = _eval(TCN()).train()
     fused, _ = fuse_pads(model, torch.randn(1, 6, 40))
     x = torch.randn(2, 6, 41, requires_grad=True)
