@@ -395,6 +395,26 @@ def test_reflect_time_padding_streams_after_its_startup_delay(sizes: list[int]) 
     assert counts == [0 if n < 8 else n // 2 for n in itertools.accumulate(sizes)]
 
 
+def test_self_check_probes_past_a_long_startup() -> None:
+    """A module slicing time in its forward behind a reflect conv whose start-up (31 samples)
+    is longer than the usual probe is still named before the first step."""
+
+    class Drop(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.conv = nn.Conv1d(2, 2, 1)
+
+        def forward(self, x: Tensor) -> Tensor:
+            return self.conv(x)[..., 1:]  # type: ignore[no-any-return]
+
+    model = nn.Sequential(pn.Conv1d(1, 2, 31, padding="causal", padding_mode="reflect"), Drop())
+    sm = StreamingModule(model.eval())
+    x = torch.randn(1, 1, 40)
+    with pytest.raises(PaddingError, match="Drop '1' returned"):
+        sm.step(x[..., :3], sm.init_state(example=x[..., :1]))
+    assert sm.startup_delay == 31
+
+
 def test_reflect_stream_forward_flush_and_reset_rows() -> None:
     model = reflect_model()
     sm = StreamingModule(model)

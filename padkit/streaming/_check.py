@@ -6,7 +6,8 @@ that code runs on every chunk as written, and the stream would return a wrong le
 values or a raw torch error. Before the first step for an input shape,
 :func:`probe_stream` runs the model once on a random sequence of a few total strides, and
 streams the same sequence in chunks of 1, 7 and the rest, recording every module's output
-on both runs (forward hooks on the model's modules, removed afterwards). The first module
+on both runs (forward hooks on the model's modules, removed afterwards; a reflect-padded
+model's probe starts with a chunk that completes its start-up hold). The first module
 (in the order they return) whose streamed outputs, concatenated on their time axis, do not
 give its full-sequence output, or that raises while streaming, is named in a
 :class:`padkit.PaddingError`.
@@ -94,6 +95,13 @@ def probe_stream(stream: Any, chunk: Tensor) -> None:
     hop = min(hop, 1 << 14)
     n = hop * max(3, math.ceil(24 / hop))
     sizes = [1, 7, n - 8] if n > 8 else [1, n - 1]
+    # a reflect-padded model holds its input until its start-up is complete: the probe's
+    # first chunk completes it, the small chunks come after
+    startup = stream._startup_samples(chunk)
+    if startup > 0:
+        lead = hop * math.ceil(startup / hop)
+        sizes = [lead, *sizes]
+        n += lead
     shape = list(chunk.shape)
     shape[0] = 1
     shape[axis] = n
