@@ -308,7 +308,7 @@ REFUSED: dict[str, tuple[Callable[[], nn.Module], str, str]] = {
         "depends on the input size",
     ),
     "last": (lambda: nn.Sequential(nn.Conv2d(2, 2, 3), nn.ZeroPad2d(1)), "1", "nothing to fold"),
-    "not in a Sequential": (lambda: Padded(), "pad", "not inside an nn.Sequential"),
+    "never called": (lambda: Unused(), "pad", "not called in the forward"),
 }
 
 
@@ -320,6 +320,24 @@ class Padded(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         return self.conv(self.pad(x))  # type: ignore[no-any-return]
+
+
+class Unused(Padded):
+    def forward(self, x: Tensor) -> Tensor:
+        return self.conv(x)  # type: ignore[no-any-return]
+
+
+def test_fold_outside_sequential() -> None:
+    """A pad module feeding a conv from a forward of one's own: the traced forward links the
+    pad's output to the conv that reads it; the pad module stays, as a passthrough."""
+    model = Padded().eval()
+    new, report = convert(model)
+    assert report.paths == ["pad", "conv"]
+    assert isinstance(new.pad, nn.ZeroPad2d) and isinstance(new.conv, PN.Conv2d)
+    assert new.conv.resolved_padding() == ((1, 1), (1, 1))
+    for n in (7, 8):
+        x = torch.randn(1, 2, n, n + 1)
+        torch.testing.assert_close(run(new, x), run(model, x))
 
 
 @pytest.mark.parametrize("case", list(REFUSED))

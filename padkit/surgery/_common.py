@@ -170,9 +170,10 @@ _Layer = Op
 
 
 def _layer_kind(module: nn.Module) -> tuple[str, int] | None:
-    """(kind, nd) for a torch or padkit conv/pool of exactly that class, else None."""
+    """(kind, nd) for a torch or padkit conv/pool of exactly that class (or a padkit layer
+    kept in a model's own subclass by :func:`_build`), else None."""
     t = type(module)
-    return _TORCH.get(t) or _PADKIT.get(t)
+    return _TORCH.get(t) or _PADKIT.get(t) or t.__dict__.get("_padkit_kind")
 
 
 def _layer(module: nn.Module) -> Op | None:
@@ -233,6 +234,49 @@ def _build(layer: _Layer, old: nn.Module) -> nn.Module:
             dilation=layer.dilation,
         )
     new.train(old.training)
+    return _keep_class(new, old)
+
+
+_KEPT: dict[tuple[type, type], type] = {}
+
+
+def _keep_class(new: nn.Module, old: nn.Module) -> nn.Module:
+    """``new`` (a padkit layer) made an instance of ``old``'s class too when ``old`` is a
+    model's own subclass of a torch layer that keeps torch's forward (not timm's
+    same-padding layers, whose forward pads) (Hugging Face
+    EfficientNet's depthwise conv): the class is named like ``old``'s, derives from the
+    padkit layer first (its forward runs) and from ``old``'s class, and the plain
+    attributes ``old``'s ``__init__`` set are carried over. Tools that find layers by type
+    or class name still find it."""
+    t = type(old)
+    orig: type = t.__dict__.get("_padkit_orig", t)
+    if orig in _TORCH or orig in _PADKIT or not isinstance(old, tuple(_TORCH)):
+        return new
+    if orig is t and getattr(orig, "forward", None) not in {
+        getattr(c, "forward", None) for c in _TORCH
+    }:
+        return new  # a forward of its own: a padkit forward would drop what it does
+    key = (type(new), orig)
+    cls = _KEPT.get(key)
+    if cls is None:
+        try:
+            cls = type(
+                orig.__name__,
+                (type(new), orig),
+                {
+                    "__module__": orig.__module__,
+                    "__doc__": orig.__doc__,
+                    "_padkit_kind": _PADKIT[type(new)],
+                    "_padkit_orig": orig,
+                },
+            )
+        except TypeError:  # pragma: no cover - a metaclass or layout conflict
+            return new
+        _KEPT[key] = cls
+    for name, value in old.__dict__.items():
+        if name not in new.__dict__ and not name.startswith("_"):
+            new.__dict__[name] = value
+    new.__class__ = cls
     return new
 
 

@@ -257,10 +257,17 @@ def own_calls(
 ) -> list[tuple[str, tuple[Any, ...], dict[str, Any], Any]]:
     """Run ``module(*inputs)`` without gradients; the torch functions its own code called
     (children's calls excluded), each as ``(name, args, kwargs, output)``."""
+    return own_run(module, *inputs)[0]
+
+
+def own_run(
+    module: nn.Module, *inputs: Any
+) -> tuple[list[tuple[str, tuple[Any, ...], dict[str, Any], Any]], Any]:
+    """:func:`own_calls` and the module's output."""
     mode = _OwnCode(module, None)
     with torch.no_grad(), mode:
-        module(*inputs)
-    return mode.seen
+        out = module(*inputs)
+    return mode.seen, out
 
 
 Handler = Callable[[str, int, Any, tuple[Any, ...], dict[str, Any]], Any]
@@ -284,6 +291,7 @@ def rewired(module: nn.Module, handler: Handler, note: str) -> nn.Module:
             (base,),
             {
                 "forward": _rewired_forward,
+                "extra_repr": _rewired_repr,
                 "_padkit_base": base,
                 "__module__": base.__module__,
                 "__doc__": base.__doc__,
@@ -304,6 +312,50 @@ def _rewired_forward(self: nn.Module, *args: Any, **kwargs: Any) -> Any:
     base: Any = type(self)._padkit_base  # type: ignore[attr-defined]
     with _OwnCode(self, self.__dict__["_padkit_handler"]):
         return base.forward(self, *args, **kwargs)
+
+
+def passthrough(module: nn.Module, note: str) -> nn.Module:
+    """A shallow copy of ``module`` whose forward returns its input: for a module whose
+    only computation is a pad that a padkit layer now does. It is an instance of
+    ``module``'s class under the same class name; ``note`` shows in its ``repr``."""
+    cls = type(module)
+    base = getattr(cls, "_padkit_base", cls)
+    new_cls = _PASSING.get(base)
+    if new_cls is None:
+        new_cls = type(
+            base.__name__,
+            (base,),
+            {
+                "forward": _passthrough_forward,
+                "extra_repr": _passthrough_repr,
+                "_padkit_base": base,
+                "__module__": base.__module__,
+                "__doc__": base.__doc__,
+            },
+        )
+        _PASSING[base] = new_cls
+    new = copy.copy(module)
+    new.__class__ = new_cls
+    new.__dict__["_padkit_note"] = note
+    return new
+
+
+_PASSING: dict[type, type] = {}
+
+
+def _passthrough_forward(self: nn.Module, input: Any, *args: Any, **kwargs: Any) -> Any:
+    return input
+
+
+def _passthrough_repr(self: nn.Module) -> str:
+    return f"passthrough: {self.__dict__['_padkit_note']}"
+
+
+def _rewired_repr(self: nn.Module) -> str:
+    base: Any = type(self)._padkit_base  # type: ignore[attr-defined]
+    own = base.extra_repr(self)
+    note = self.__dict__["_padkit_note"]
+    return f"{own}, {note}" if own else note
 
 
 def is_rewired(module: nn.Module) -> bool:

@@ -19,7 +19,7 @@ import torch
 from torch import Tensor, nn
 from torch.overrides import TorchFunctionMode
 
-from ._common import SurgeryError
+from ._common import SurgeryError, _layer
 from ._probe import call_op, call_pad
 
 PROBE = 64
@@ -139,6 +139,7 @@ class _Recorder(TorchFunctionMode):
         self.stack: list[tuple[str, int, bool]] = []  # (path, call, opaque)
         self.calls: dict[str, int] = {}
         self.made: dict[int, tuple[int, Tensor]] = {}  # id of a pad's output -> (event, it)
+        self.uses: dict[int, int] = {}  # pad event -> calls that read its output
 
     def __torch_function__(
         self,
@@ -158,6 +159,8 @@ class _Recorder(TorchFunctionMode):
                 event.ins.append(ins)
                 event.outs.append(_shapes(out))
                 self._link(event, args[0] if args else kwargs.get("input"))
+                if event.outs[0]:  # a size read is no use of the numbers
+                    self._count((args, kwargs))
                 if "pad" in event.info and isinstance(out, Tensor):
                     self.made[id(out)] = (len(self.events), out)
                 self.events.append(event)
@@ -169,6 +172,13 @@ class _Recorder(TorchFunctionMode):
             made = self.made.get(id(first))
             if made is not None and made[1] is first:
                 event.info["src"] = made[0]
+
+    def _count(self, value: Any) -> None:
+        """Count a read of every pad output among ``value``'s tensors."""
+        for t in _tensors(value):
+            made = self.made.get(id(t))
+            if made is not None and made[1] is t:
+                self.uses[made[0]] = self.uses.get(made[0], 0) + 1
 
     def hooks(self, root: nn.Module) -> list[Any]:
         handles = []
@@ -189,6 +199,8 @@ class _Recorder(TorchFunctionMode):
             event = Event("module", path, call, type(module).__name__)
             event.ins.append(_shapes(args))
             self._link(event, args[0] if args else None)
+            if self.opaque(module):
+                self._count(args)
             event.outs.append([])
             self.events.append(event)
             self._open.append(event)
@@ -220,16 +232,19 @@ def record(
     shape: Shape,
     opaque: Callable[[nn.Module], bool],
     like: Tensor | None = None,
+    once: bool = False,
 ) -> list[Event]:
     """Run ``model`` on a random input of ``shape`` and on one ``STEP`` larger per spatial
     axis (on ``like``'s device and dtype); return the merged events (``ins``/``outs`` hold
     both runs' shapes). Nothing is recorded inside a module for which ``opaque`` is true,
-    except its call."""
+    except its call. With ``once=True`` only the first run is made (``ins``/``outs`` hold
+    its shapes), and each pad event's ``info["uses"]`` counts the calls that read its
+    output (size reads excepted)."""
     runs: list[list[Event]] = []
     modes = [(m, m.training) for m in model.modules()]
     try:
         model.eval()
-        for extra in (0, STEP):
+        for extra in (0,) if once else (0, STEP):
             rec = _Recorder(opaque)
             rec._open = []
             handles = rec.hooks(model)
@@ -247,10 +262,14 @@ def record(
             finally:
                 for h in handles:
                     h.remove()
+            for i, n in rec.uses.items():
+                rec.events[i].info["uses"] = n
             runs.append(rec.events)
     finally:
         for m, training in modes:
             m.training = training
+    if once:
+        return runs[0]
     first, second = runs
     if [(e.kind, e.path, e.name) for e in first] != [(e.kind, e.path, e.name) for e in second]:
         raise SurgeryError(
@@ -266,6 +285,23 @@ def record(
         a.ins.append(b.ins[0])
         a.outs.append(b.outs[0])
     return first
+
+
+def probe_like(model: nn.Module, fname: str) -> tuple[tuple[int, ...], Tensor]:
+    """(1, channels, PROBE, ...) from the first conv in the model, and its weight (for the
+    device and dtype of the probe)."""
+    for module in model.modules():
+        m: Any = module
+        if isinstance(module, nn.modules.conv._ConvNd) or _layer(module) is not None:
+            channels = getattr(m, "in_channels", None)
+            weight = getattr(m, "weight", None)
+            if isinstance(channels, int) and isinstance(weight, Tensor):
+                nd = weight.dim() - 2
+                return (1, channels, *([PROBE] * nd)), weight
+    raise SurgeryError(
+        f"{fname}(): {type(model).__name__} holds no convolution to take the input's channels "
+        f"from; {fname} works on convolutional networks"
+    )
 
 
 def strides(first: Shape, second: Shape) -> dict[int, Fraction]:

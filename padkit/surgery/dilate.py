@@ -31,7 +31,17 @@ from ._common import (
     _replace,
 )
 from ._probe import NOT_HANDLED, module_op, owns, rewired
-from ._trace import PROBE, REDUCTIONS, Event, Shape, _name, _tensors, record, strides
+from ._trace import (
+    PROBE,
+    REDUCTIONS,
+    Event,
+    Shape,
+    _name,
+    _tensors,
+    probe_like,
+    record,
+    strides,
+)
 
 # ----------------------------------------------------------------------------- dilate
 
@@ -827,20 +837,7 @@ _State = tuple[tuple[int, ...], tuple[int, ...]]  # (input stride, lattice facto
 
 
 def _probe_like(model: nn.Module) -> tuple[tuple[int, ...], Tensor]:
-    """(1, channels, PROBE, ...) from the first conv in the model, and its weight (for the
-    device and dtype of the probe)."""
-    for module in model.modules():
-        m: Any = module
-        if isinstance(module, nn.modules.conv._ConvNd) or _layer(module) is not None:
-            channels = getattr(m, "in_channels", None)
-            weight = getattr(m, "weight", None)
-            if isinstance(channels, int) and isinstance(weight, Tensor):
-                nd = weight.dim() - 2
-                return (1, channels, *([PROBE] * nd)), weight
-    raise SurgeryError(
-        f"dilate(): {type(model).__name__} holds no convolution to take the input's channels "
-        "from; dilate works on convolutional networks"
-    )
+    return probe_like(model, "dilate")
 
 
 def _sites(

@@ -1,0 +1,218 @@
+"""padkit.surgery on Hugging Face ``transformers`` vision models as their code is written.
+
+Small configs, random weights (BatchNorm statistics randomised), no downloads, eval mode.
+Oracles: the Hugging Face model itself (its own pads in code, ``F.pad`` amounts computed
+from the input size, static ``ZeroPad2d`` modules) and, for dilation, the a-trous identity
+(the dilated model's map subsampled every ``r`` pixels equals the original's).
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+from torch.overrides import TorchFunctionMode
+
+import padkit.nn as PN
+from padkit.surgery import convert
+
+transformers = pytest.importorskip("transformers")
+
+SIZES = ((224, 224), (225, 201))
+
+
+def _randomise(model: nn.Module) -> nn.Module:
+    for m in model.modules():
+        if isinstance(m, nn.BatchNorm2d):
+            m.running_mean.normal_(0, 0.1)
+            m.running_var.uniform_(0.5, 1.5)
+    return model.eval()
+
+
+def efficientnet() -> nn.Module:
+    torch.manual_seed(0)
+    config = transformers.EfficientNetConfig(
+        width_coefficient=0.25, depth_coefficient=0.2, hidden_dim=320
+    )
+    return _randomise(transformers.EfficientNetModel(config))
+
+
+def mobilenet_v2(tf_padding: bool = True) -> nn.Module:
+    torch.manual_seed(0)
+    config = transformers.MobileNetV2Config(depth_multiplier=0.25, tf_padding=tf_padding)
+    return _randomise(transformers.MobileNetV2Model(config))
+
+
+def mobilenet_v1() -> nn.Module:
+    torch.manual_seed(0)
+    config = transformers.MobileNetV1Config(depth_multiplier=0.25)
+    return _randomise(transformers.MobileNetV1Model(config))
+
+
+def bit(**kwargs: Any) -> nn.Module:
+    torch.manual_seed(0)
+    config = transformers.BitConfig(
+        embedding_size=8,
+        hidden_sizes=[8, 16, 16, 32],
+        depths=[1, 1, 1, 1],
+        num_groups=4,
+        **kwargs,
+    )
+    return _randomise(transformers.BitModel(config))
+
+
+def _last(model: nn.Module, x: Tensor) -> Tensor:
+    with torch.no_grad():
+        out: Tensor = model(x).last_hidden_state
+    return out
+
+
+class _Pads(TorchFunctionMode):
+    """Counts the pad calls a forward makes."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.count = 0
+
+    def __torch_function__(
+        self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: Any = None
+    ) -> Any:
+        if getattr(func, "__name__", "") == "pad":
+            self.count += 1
+        return func(*args, **(kwargs or {}))
+
+
+def _pad_calls(model: nn.Module, x: Tensor) -> int:
+    with torch.no_grad(), _Pads() as mode:
+        model(x)
+    return mode.count
+
+
+def _same_outputs(a: nn.Module, b: nn.Module) -> None:
+    assert list(a.state_dict()) == list(b.state_dict())
+    for key, value in a.state_dict().items():
+        assert torch.equal(value, b.state_dict()[key]), key
+    for h, w in SIZES:
+        x = torch.randn(2, 3, h, w)
+        ref, out = _last(a, x), _last(b, x)
+        assert out.shape == ref.shape
+        torch.testing.assert_close(out, ref, rtol=1e-4, atol=1e-4 * float(ref.abs().max()))
+
+
+# ----------------------------------------------------------------------------- convert
+
+
+def test_convert_efficientnet_static_pads_keep_hf_numbers() -> None:
+    model = efficientnet()
+    new, report = convert(model)
+    _same_outputs(model, new)
+    stem = new.embeddings
+    assert isinstance(stem.padding, nn.ZeroPad2d)  # a passthrough of the same class
+    assert isinstance(stem.convolution, PN.Conv2d)
+    assert stem.convolution.resolved_padding() == ((0, 1), (0, 1))
+    assert "embeddings.padding" in report.paths
+    assert _pad_calls(new, torch.randn(1, 3, 64, 64)) == 0
+    # depthwise convs of stride 2: HF's own subclass is kept, with padkit's forward
+    cls = transformers.models.efficientnet.modeling_efficientnet.EfficientNetDepthwiseConv2d
+    strided = [m for m in new.modules() if isinstance(m, cls) and m.stride == (2, 2)]
+    assert strided and all(isinstance(m, PN.Conv2d) for m in strided)
+    # the pads of stride-1 blocks are never called: listed with that reason
+    unused = [s for s in report.skipped if s.path.endswith("depthwise_conv_pad")]
+    assert unused and all("not called" in s.reason for s in unused)
+
+
+def test_convert_efficientnet_to_tf_same_changes_numbers_at_odd_sizes_only() -> None:
+    model = efficientnet()
+    new, report = convert(model, padding="same")
+    assert new.embeddings.convolution.pad_spec.axes == ("same", "same")
+    assert "embeddings.convolution" in report.numbers_changed
+    x = torch.randn(1, 3, 224, 224)  # every stride-2 layer sees an even size
+    torch.testing.assert_close(_last(new, x), _last(model, x), rtol=1e-4, atol=1e-4)
+    x = torch.randn(1, 3, 225, 201)
+    tf, hf = _last(new, x), _last(model, x)
+    assert tf.shape[-2:] == (8, 7) and hf.shape[-2:] == (7, 6)  # TF's stage sizes: ceil(n/32)
+
+
+@pytest.mark.parametrize("build", [mobilenet_v2, mobilenet_v1], ids=["v2", "v1"])
+def test_convert_mobilenet_tf_padding_in_code(build: Callable[[], nn.Module]) -> None:
+    model = build()
+    new, report = convert(model)
+    _same_outputs(model, new)
+    assert _pad_calls(model, torch.randn(1, 3, 64, 64)) > 0
+    assert _pad_calls(new, torch.randn(1, 3, 64, 64)) == 0
+    strided = [m for m in new.modules() if isinstance(m, nn.Conv2d) and m.stride == (2, 2)]
+    assert strided and all(
+        isinstance(m, PN.Conv2d) and m.pad_spec.axes == ("same", "same") for m in strided
+    )
+    owner = type(model.get_submodule(report.paths[0]))
+    assert isinstance(new.get_submodule(report.paths[0]), owner)
+    assert type(new.get_submodule(report.paths[0])).__name__ == owner.__name__
+
+
+def test_convert_bit_dynamic_same() -> None:
+    model = bit(global_padding="SAME")
+    new, report = convert(model)
+    _same_outputs(model, new)
+    assert _pad_calls(new, torch.randn(1, 3, 64, 64)) == 0
+    pad_cls = transformers.models.bit.modeling_bit.DynamicPad2d
+    assert isinstance(new.embedder.convolution.pad, pad_cls)
+    assert "embedder.convolution" in report.paths
+    assert "embedder.convolution.pad" in report.paths
+
+
+def test_convert_bit_zero_padded_max_pool_is_listed() -> None:
+    model = bit(global_padding="SAME", layer_type="bottleneck", embedding_dynamic_padding=True)
+    new, report = convert(model)
+    _same_outputs(model, new)
+    reasons = {s.path: s.reason for s in report.skipped}
+    assert "padkit's max pools pad with -inf" in reasons["embedder.pooler.pad"]
+    assert "embedder.pooler" not in reasons  # a pool subclass calling its own pool
+
+
+class _PadByBuffer(nn.Module):
+    """Pad amounts in a 0-d buffer and an int attribute, then a conv child."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("amount", torch.tensor(2))
+        self.extra = 1
+        self.conv = nn.Conv2d(3, 4, 5, stride=2)
+
+    def forward(self, x: Tensor) -> Tensor:
+        a = self.amount
+        x = F.pad(x, [a, a + self.extra - 1, self.extra, a])
+        return self.conv(x).relu()
+
+
+def test_convert_pads_from_buffers_and_attributes() -> None:
+    model = _PadByBuffer().eval()
+    new, _ = convert(model)
+    assert new.conv.resolved_padding() == ((1, 2), (2, 2))
+    assert isinstance(new, _PadByBuffer) and type(new).__name__ == "_PadByBuffer"
+    for n in (17, 18):
+        x = torch.randn(1, 3, n, n + 3)
+        torch.testing.assert_close(new(x), model(x))
+    assert _pad_calls(new, torch.randn(1, 3, 17, 17)) == 0
+
+
+class _PadReadTwice(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 3, 3)
+
+    def forward(self, x: Tensor) -> Tensor:
+        p = F.pad(x, [1, 1, 1, 1])
+        return self.conv(p) + p[..., 1:-1, 1:-1]
+
+
+def test_convert_pad_read_twice_is_listed() -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        _, report = convert(_PadReadTwice().eval())
+    assert not report.changes
+    assert "read 2 times" in report.skipped[0].reason
