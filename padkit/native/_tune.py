@@ -32,13 +32,18 @@ import torch
 
 Key = tuple[Any, ...]
 
-#: timed runs per side after one warm-up run each; fewer for slow ops
-ROUNDS = 5
-#: an op whose warm-up takes longer than this (seconds) is timed with two rounds
+#: timed rounds per side after one warm-up run each; fewer for slow ops
+ROUNDS = 7
+#: an op whose warm-up takes longer than this (seconds) is timed with SLOW_ROUNDS rounds
 SLOW = 0.05
+SLOW_ROUNDS = 3
 #: a round times a block of calls lasting about this long (seconds), at most BLOCK_CALLS
-BLOCK = 0.002
+BLOCK = 0.003
 BLOCK_CALLS = 20
+#: oneDNN is kept only where it is at least this much faster (a ratio of the median
+#: paired round): torch's own kernels are padkit's reference, and a smaller gain is within
+#: what one short measurement can tell apart
+MARGIN = 0.95
 
 
 def bucket(n: int) -> int:
@@ -108,7 +113,7 @@ class Tuner:
             for row in data.get("choices", []):
                 key = _key_from_json(row["key"])
                 self.timings.setdefault(key, (float(row["torch"]), float(row["native"])))
-                self.choices.setdefault(key, bool(row["native"] < row["torch"]))
+                self.choices.setdefault(key, bool(row["native"] < row["torch"] * MARGIN))
         except (OSError, ValueError, KeyError, TypeError):
             return  # a damaged file is measured again and rewritten
 
@@ -154,7 +159,7 @@ class Tuner:
             with quiet():
                 t_torch, t_native = _time_pair(run_torch, run_native)
             self.timings[key] = (t_torch, t_native)
-            choice = self.choices[key] = t_native < t_torch
+            choice = self.choices[key] = t_native < t_torch * MARGIN
             self._save()
             return choice
 
@@ -199,7 +204,7 @@ def _time_pair(run_torch: Callable[[], Any], run_native: Callable[[], Any]) -> t
     t2 = time.perf_counter()
     slowest = max(t1 - t0, t2 - t1)
     fastest = max(min(t1 - t0, t2 - t1), 1e-7)
-    rounds = 2 if slowest > SLOW else ROUNDS
+    rounds = SLOW_ROUNDS if slowest > SLOW else ROUNDS
     calls = max(1, min(BLOCK_CALLS, int(BLOCK / fastest)))
     ts: list[float] = []
     ratios: list[float] = []
