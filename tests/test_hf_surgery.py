@@ -19,7 +19,7 @@ from torch import Tensor, nn
 from torch.overrides import TorchFunctionMode
 
 import padkit.nn as PN
-from padkit.surgery import convert
+from padkit.surgery import SurgeryError, convert, dilate
 
 transformers = pytest.importorskip("transformers")
 
@@ -216,3 +216,70 @@ def test_convert_pad_read_twice_is_listed() -> None:
         _, report = convert(_PadReadTwice().eval())
     assert not report.changes
     assert "read 2 times" in report.skipped[0].reason
+
+
+# ----------------------------------------------------------------------------- dilate
+
+
+def resnet() -> nn.Module:
+    torch.manual_seed(0)
+    config = transformers.ResNetConfig(
+        embedding_size=8, hidden_sizes=[8, 16, 16, 32], depths=[1, 1, 1, 1]
+    )
+    return _randomise(transformers.ResNetModel(config))
+
+
+def regnet() -> nn.Module:
+    torch.manual_seed(0)
+    config = transformers.RegNetConfig(
+        embedding_size=8, hidden_sizes=[8, 16, 16, 32], depths=[1, 1, 1, 1], groups_width=8
+    )
+    return _randomise(transformers.RegNetModel(config))
+
+
+class _Last(nn.Module):
+    """An HF model's last feature map (the a-trous identity's output)."""
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, x: Tensor) -> Tensor:
+        out: Tensor = self.model(x).last_hidden_state
+        return out
+
+
+@pytest.mark.parametrize("output_stride", [16, 8])
+@pytest.mark.parametrize(
+    "build",
+    [resnet, regnet, lambda: mobilenet_v2(tf_padding=False)],
+    ids=["resnet", "regnet", "mobilenet_v2"],
+)
+def test_dilate_hf_atrous_identity(build: Callable[[], nn.Module], output_stride: int) -> None:
+    model = build()
+    new, report = dilate(model, output_stride)
+    assert report.changes
+    assert list(new.state_dict()) == list(model.state_dict())
+    r = 32 // output_stride
+    for h, w in ((64, 64), (67, 53)):
+        x = torch.randn(1, 3, h, w)
+        ref, out = _last(model, x), _last(new, x)
+        sub = out[..., ::r, ::r]
+        assert sub.shape == ref.shape
+        torch.testing.assert_close(sub, ref, rtol=1e-4, atol=1e-4 * float(ref.abs().max()))
+
+
+@pytest.mark.parametrize(
+    "build, path, reason",
+    [
+        (lambda: bit(), "BitGroupNormActivation", "statistics of the whole map"),
+        (lambda: mobilenet_v2(), "MobileNetV2ConvLayer", "a pad written in code"),
+        (efficientnet, "EfficientNetDepthwiseConv2d", "padded in code"),
+    ],
+    ids=["bit", "mobilenet_v2_tf", "efficientnet"],
+)
+def test_dilate_hf_refusals_name_module_class_and_reason(
+    build: Callable[[], nn.Module], path: str, reason: str
+) -> None:
+    with pytest.raises(SurgeryError, match=f"{path}.*{reason}"):
+        dilate(build(), 8)

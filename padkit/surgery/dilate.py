@@ -643,6 +643,13 @@ class _Dilation:
                         "spatial axes in code reads positions off the lattice",
                     )
             return
+        if "pad" in info:
+            raise self.refuse(
+                event.path,
+                f"{where}: a pad written in code past the output stride, which dilate does "
+                "not re-derive for the lattice (only the padding of conv and pool layers is "
+                "rescaled)",
+            )
         raise self.refuse(
             event.path,
             f"{where}; only conv and pool modules are re-strided and dilated, and this "
