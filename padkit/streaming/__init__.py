@@ -10,7 +10,8 @@
 See ``docs/causal-streaming.md``.
 """
 
-from ._runner import StreamingModule, StreamingStep
+from ._runner import StreamingModule
+from ._step_export import StreamingStep
 from .convert import ConvertedConv1d, ConvertedConv2d, ConvertedConv3d, convert_causal
 
 __all__ = [

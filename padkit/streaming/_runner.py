@@ -51,28 +51,19 @@ added must emit their samples at the same times (see ``docs/causal-streaming.md`
 from __future__ import annotations
 
 import threading
-import warnings
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .. import functional as PF
-from .. import nn as pnn
-from ..op import Op
-from ..spec import (
-    Padding,
-    PaddingError,
-    _tuple_of,
-    conv_output_size,
-    conv_transpose_output_size,
-    pool_output_size,
-)
+from ..spec import PaddingError
+from ._catalog import _BATCH_NORMS, _PER_STEP, _REFUSED
 from ._check import probe_stream
+from ._ops import empty_output, run_op, run_transposed, taps_weight
+from ._plan import _CONVS, _CONVTS, _POOLS, _lowest, _Plan, _plan_layer
 from ._recurrent import (
     RECURRENT,
     RecurrentPlan,
@@ -80,459 +71,12 @@ from ._recurrent import (
     plan_recurrent,
     run_recurrent,
 )
+from ._state import _INPUT_KEY, _POS_KEY, _STARTUP_KEY, StreamState, _Context, fresh_entries
+from ._step_export import StreamingStep, export_onnx, step_module
+from ._verify import verify
 from .convert import _KeywordTolerant
 
-__all__ = ["StreamingModule"]
-
-_CONVS = (nn.Conv1d, nn.Conv2d, nn.Conv3d)
-_CONVTS = (nn.ConvTranspose1d, nn.ConvTranspose2d, nn.ConvTranspose3d)
-_MAX_POOLS = (nn.MaxPool1d, nn.MaxPool2d, nn.MaxPool3d)
-_AVG_POOLS = (nn.AvgPool1d, nn.AvgPool2d, nn.AvgPool3d)
-_LP_POOLS = (nn.LPPool1d, nn.LPPool2d, nn.LPPool3d)
-_POOLS = _MAX_POOLS + _AVG_POOLS + _LP_POOLS
-_PADKIT_LAYERS = (
-    pnn.Conv1d,
-    pnn.Conv2d,
-    pnn.Conv3d,
-    pnn.MaxPool1d,
-    pnn.MaxPool2d,
-    pnn.MaxPool3d,
-    pnn.AvgPool1d,
-    pnn.AvgPool2d,
-    pnn.AvgPool3d,
-    pnn.LPPool1d,
-    pnn.LPPool2d,
-    pnn.LPPool3d,
-    pnn.ConvTranspose1d,
-    pnn.ConvTranspose2d,
-    pnn.ConvTranspose3d,
-)
-_KNOWN_FORWARDS = frozenset(
-    [*(c.forward for c in _CONVS + _CONVTS + _POOLS + _PADKIT_LAYERS), _KeywordTolerant.forward]
-)
-
-_ND: dict[type[nn.Module], int] = {
-    nn.ConvTranspose1d: 1,
-    nn.ConvTranspose2d: 2,
-    nn.ConvTranspose3d: 3,
-    nn.Conv1d: 1,
-    nn.Conv2d: 2,
-    nn.Conv3d: 3,
-    nn.MaxPool1d: 1,
-    nn.MaxPool2d: 2,
-    nn.MaxPool3d: 3,
-    nn.AvgPool1d: 1,
-    nn.AvgPool2d: 2,
-    nn.AvgPool3d: 3,
-    nn.LPPool1d: 1,
-    nn.LPPool2d: 2,
-    nn.LPPool3d: 3,
-}
-
-# Modules that act on each time step on its own.
-_PER_STEP: tuple[type[nn.Module], ...] = (
-    nn.Identity,
-    nn.ReLU,
-    nn.ReLU6,
-    nn.LeakyReLU,
-    nn.PReLU,
-    nn.RReLU,
-    nn.ELU,
-    nn.SELU,
-    nn.CELU,
-    nn.GELU,
-    nn.SiLU,
-    nn.Mish,
-    nn.Sigmoid,
-    nn.Tanh,
-    nn.Hardtanh,
-    nn.Hardswish,
-    nn.Hardsigmoid,
-    nn.Hardshrink,
-    nn.Softshrink,
-    nn.Softplus,
-    nn.Softsign,
-    nn.Tanhshrink,
-    nn.Threshold,
-    nn.LogSigmoid,
-    nn.Dropout,
-    nn.Dropout1d,
-    nn.Dropout2d,
-    nn.Dropout3d,
-    nn.AlphaDropout,
-    nn.FeatureAlphaDropout,
-    nn.LocalResponseNorm,
-    nn.ChannelShuffle,
-    nn.Embedding,
-    # channel-wise when applied channels-last, as streaming models use them
-    nn.Linear,
-    nn.LayerNorm,
-    nn.RMSNorm,
-    nn.GLU,
-    nn.Softmax,
-    nn.LogSoftmax,
-    nn.Softmin,
-    nn.Softmax2d,
-    nn.Unflatten,
-)
-
-# Modules that mix time non-causally, keep their own hidden state, or change the time rate in
-# a way padkit does not stream: refused with the reason.
-_REFUSED: tuple[tuple[tuple[type[nn.Module], ...], str], ...] = (
-    (
-        (
-            nn.AdaptiveAvgPool1d,
-            nn.AdaptiveAvgPool2d,
-            nn.AdaptiveAvgPool3d,
-            nn.AdaptiveMaxPool1d,
-            nn.AdaptiveMaxPool2d,
-            nn.AdaptiveMaxPool3d,
-        ),
-        "adaptive pooling pools over the whole sequence",
-    ),
-    (
-        (nn.FractionalMaxPool2d, nn.FractionalMaxPool3d),
-        "fractional pooling draws windows over the whole sequence",
-    ),
-    (
-        (nn.GroupNorm, nn.InstanceNorm1d, nn.InstanceNorm2d, nn.InstanceNorm3d),
-        "it normalises with statistics over the whole sequence",
-    ),
-    (
-        (nn.Upsample, nn.PixelShuffle, nn.PixelUnshuffle, nn.Fold, nn.Unfold),
-        "it resamples or regroups the spatial axes, time included",
-    ),
-    (
-        (nn.RNNBase, nn.RNNCellBase),
-        "only nn.LSTM, nn.GRU and nn.RNN layers stream (a cell called step by step in Python, "
-        "or another recurrent class, keeps a hidden state padkit does not thread)",
-    ),
-    (
-        (
-            nn.MultiheadAttention,
-            nn.Transformer,
-            nn.TransformerEncoder,
-            nn.TransformerDecoder,
-            nn.TransformerEncoderLayer,
-            nn.TransformerDecoderLayer,
-        ),
-        "attention mixes every time step",
-    ),
-    (
-        (
-            nn.ZeroPad1d,
-            nn.ZeroPad2d,
-            nn.ZeroPad3d,
-            nn.ConstantPad1d,
-            nn.ConstantPad2d,
-            nn.ConstantPad3d,
-            nn.ReflectionPad1d,
-            nn.ReflectionPad2d,
-            nn.ReflectionPad3d,
-            nn.ReplicationPad1d,
-            nn.ReplicationPad2d,
-            nn.ReplicationPad3d,
-            nn.CircularPad1d,
-            nn.CircularPad2d,
-            nn.CircularPad3d,
-        ),
-        "a pad module pads every chunk; put the causal padding in the conv "
-        "(padding='causal') instead",
-    ),
-    ((nn.Flatten,), "it flattens the time axis into the features"),
-    ((nn.MaxUnpool1d, nn.MaxUnpool2d, nn.MaxUnpool3d), "unpooling is not streamed"),
-)
-
-_BATCH_NORMS = (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d, nn.SyncBatchNorm)
-
-StreamState = dict[str, Tensor]
-# lookahead mode: the model input not yet committed, and the samples seen
-_INPUT_KEY = "<stream>.input"
-_POS_KEY = "<stream>.pos"
-# reflect time padding: the input held until the stream's start-up is complete
-_STARTUP_KEY = "<stream>.startup"
-
-_TORCH_CONV: dict[int, Any] = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}
-_TORCH_CONVT: dict[int, Any] = {
-    1: F.conv_transpose1d,
-    2: F.conv_transpose2d,
-    3: F.conv_transpose3d,
-}
-_CONVT_FN: dict[int, Any] = {
-    1: PF.conv_transpose1d,
-    2: PF.conv_transpose2d,
-    3: PF.conv_transpose3d,
-}
-_CONV_FN: dict[int, Any] = {1: PF.conv1d, 2: PF.conv2d, 3: PF.conv3d}
-_MAX_FN: dict[int, Any] = {1: PF.max_pool1d, 2: PF.max_pool2d, 3: PF.max_pool3d}
-_AVG_FN: dict[int, Any] = {1: PF.avg_pool1d, 2: PF.avg_pool2d, 3: PF.avg_pool3d}
-_LP_FN: dict[int, Any] = {1: PF.lp_pool1d, 2: PF.lp_pool2d, 3: PF.lp_pool3d}
-
-
-def _lowest(dtype: torch.dtype) -> float:
-    """What a max pool pads with: -inf, or the integer dtype's minimum."""
-    if dtype.is_floating_point:
-        return float("-inf")
-    return float(torch.iinfo(dtype).min)
-
-
-# ----------------------------------------------------------------------------- layer plans
-
-
-@dataclass(frozen=True)
-class _Plan:
-    """How one conv, pool or transposed conv streams along the time axis."""
-
-    name: str
-    kind: str  # "conv", "max", "avg", "lp", "convt"
-    nd: int
-    ti: int  # index of the time axis among the layer's spatial axes
-    k: tuple[int, ...]
-    s: tuple[int, ...]
-    d: tuple[int, ...]
-    lo: int  # left pad on the time axis (transposed: what it crops at the start)
-    replicate: bool  # time padding repeats the first frame
-    padkit: bool  # a padkit layer (else a plain torch one)
-    hi: int = 0  # right pad (lookahead mode); transposed: outputs held back at the end
-    # time padding reflects samples 1..lo of the layer's input: filled in by the first call,
-    # which must bring lo + 1 samples (the stream's start-up hold sees to it)
-    reflect: bool = False
-    # derived in __post_init__ (read on every step, so stored rather than computed)
-    k_eff: int = field(init=False)
-    stride: int = field(init=False)
-    # samples of the padded input stream kept between chunks: k_eff - 1, or the whole left
-    # pad if that is longer (windows made of padding only); transposed convs keep the inputs
-    # that still reach the outputs not yet emitted
-    history: int = field(init=False)
-    # a stride-1 conv/pool padded (k_eff - 1, 0): every chunk maps to itself, no arithmetic
-    simple: bool = field(init=False)
-    fast: bool = field(init=False)  # ... and a plain 1-d conv: the lean step path
-    pointwise: bool = field(init=False)  # a 1-d conv of kernel 1, no pads: no state at all
-    key_buf: str = field(init=False)
-    key_pos: str = field(init=False)
-
-    def __post_init__(self) -> None:
-        k_eff = self.d[self.ti] * (self.k[self.ti] - 1) + 1
-        stride = self.s[self.ti]
-        object.__setattr__(self, "k_eff", k_eff)
-        object.__setattr__(self, "stride", stride)
-        if self.kind == "convt":
-            hist = -(-(k_eff - 1 + self.hi) // stride)
-        elif self.hi > 0:  # lookahead: the right pad stands for samples not seen yet
-            hist = self.lo
-        else:
-            hist = max(k_eff - 1, self.lo)
-        object.__setattr__(self, "history", hist)
-        simple = self.kind != "convt" and stride == 1 and self.lo == k_eff - 1
-        object.__setattr__(self, "simple", simple)
-        fast = (
-            simple
-            and self.kind == "conv"
-            and self.nd == 1
-            and not self.replicate
-            and not self.reflect
-        )
-        object.__setattr__(self, "fast", fast and self.hi == 0 and k_eff > 1)
-        object.__setattr__(self, "pointwise", fast and self.hi == 0 and k_eff == 1)
-        object.__setattr__(self, "key_buf", f"{self.name}.buf")
-        object.__setattr__(self, "key_pos", f"{self.name}.pos")
-
-    @property
-    def stateless(self) -> bool:
-        return self.kind != "convt" and self.k_eff == 1 and self.stride == 1 and self.lo == 0
-
-    def offset(self, pos: int) -> int:
-        """Where, in ``history ++ chunk``, the next output window starts, after ``pos`` input
-        samples (may exceed ``history`` when the kernel is shorter than the stride)."""
-        n_prev = self.lo + pos  # samples of the padded stream seen so far
-        # windows made of padding only (lo >= k_eff) come out with the first sample
-        started = pos > 0 and n_prev >= self.k_eff
-        done = (n_prev - self.k_eff) // self.stride + 1 if started else 0
-        return done * self.stride - n_prev + self.history
-
-    def outputs(self, pos: int, length: int) -> int:
-        """How many outputs a chunk of ``length`` samples completes after ``pos`` samples."""
-        if length == 0 and pos == 0:
-            return 0
-        avail = self.history + length - self.offset(pos)
-        return 0 if avail < self.k_eff else (avail - self.k_eff) // self.stride + 1
-
-    def emitted(self, pos: int) -> int:
-        """Transposed: outputs final after ``pos`` inputs (output j reads inputs up to
-        ``(j + lo) // s``; the last ``hi`` are held back, as the offline run crops them)."""
-        return max(0, pos * self.stride - self.lo - self.hi)
-
-    def window(self, pos: int, length: int) -> tuple[int, int]:
-        """``(start, count)`` of this chunk's outputs: for convs and pools the start of the
-        first window in ``history ++ chunk``; for transposed convs the first output to keep
-        in the full (uncropped) transposed output of ``history ++ chunk``."""
-        if self.kind == "convt":
-            first = self.emitted(pos)
-            count = self.emitted(pos + length) - first
-            return first + self.lo - (pos - self.history) * self.stride, count
-        if self.simple:
-            return 0, length
-        return self.offset(pos), self.outputs(pos, length)
-
-
-def _spatial(plan: _Plan, x: Tensor) -> list[int]:
-    """The spatial sizes of ``x`` with the time axis set to the kernel extent: the pads of
-    the other axes never depend on it, and export keeps the time length symbolic."""
-    sizes = [int(v) if i != plan.ti else plan.k_eff for i, v in enumerate(x.shape[2:])]
-    return sizes
-
-
-def _time_index(axis: int, nd: int, name: str) -> int:
-    ti = axis - 2 if axis >= 0 else nd + axis
-    if not 0 <= ti < nd:
-        raise PaddingError(
-            f"StreamingModule: axis={axis} is not a spatial axis of {name!r}, which has {nd} "
-            f"spatial axis/axes (inputs (N, C, {', '.join('*' * nd)})); pass an axis in "
-            f"2..{nd + 1} or -{nd}..-1"
-        )
-    return ti
-
-
-def _torch_pairs(
-    padding: Any, k: tuple[int, ...], d: tuple[int, ...]
-) -> tuple[tuple[int, int], ...]:
-    """The (lo, hi) pads of a plain torch conv/pool ``padding`` attribute."""
-    nd = len(k)
-    if isinstance(padding, str):
-        if padding == "valid":
-            return ((0, 0),) * nd
-        totals = [dd * (kk - 1) for kk, dd in zip(k, d)]
-        return tuple((t // 2, t - t // 2) for t in totals)
-    return tuple((p, p) for p in _tuple_of(padding, nd, "padding", minimum=0))
-
-
-def _plan_layer(name: str, layer: nn.Module, axis: int, lookahead: bool = False) -> _Plan:
-    nd = next(v for t, v in _ND.items() if isinstance(layer, t))
-    ti = _time_index(axis, nd, name)
-    what = f"{type(layer).__name__} {name!r}"
-    if layer._forward_hooks or layer._forward_pre_hooks:
-        raise PaddingError(
-            f"StreamingModule: {what} has forward hooks, which streaming would not run (the "
-            "layer runs on buffered windows). Remove them; for weight norm use "
-            "torch.nn.utils.parametrizations.weight_norm, which streams"
-        )
-    if type(layer).forward not in _KNOWN_FORWARDS:
-        raise PaddingError(
-            f"StreamingModule: {what} overrides forward(); streaming runs the layer's "
-            "conv/pool itself and would skip that code"
-        )
-    is_padkit = isinstance(layer, _PADKIT_LAYERS)
-    if isinstance(layer, _CONVTS):
-        return _plan_transposed(name, layer, nd, ti, what, is_padkit, lookahead)
-    rec = Op.from_module(layer, where=f"StreamingModule: {what}")
-    if rec is None:  # pragma: no cover - the forward check above rules foreign layers out
-        raise PaddingError(f"StreamingModule: {what} is not a conv or pool padkit can read")
-    kind, k, s, d, spec = rec.kind, rec.kernel, rec.stride, rec.dilation, rec.padding
-    if rec.return_indices:
-        raise PaddingError(
-            f"StreamingModule: {what} has return_indices=True; indices into a stream are "
-            "not supported"
-        )
-    if rec.ceil_mode and s[ti] > 1:
-        raise PaddingError(
-            f"StreamingModule: {what} has ceil_mode=True with stride {s[ti]} on the time "
-            "axis: its last window depends on where the sequence ends"
-        )
-    rule = spec.axes[ti]
-    try:
-        ((lo, hi),) = Padding((rule,), ceil_mode=spec.ceil_mode).resolve(
-            k[ti], s[ti], d[ti], ndim=1
-        )
-    except PaddingError:
-        raise PaddingError(
-            f"StreamingModule: {what} pads the time axis with {rule!r} at stride {s[ti]}, "
-            "which depends on the sequence length; use 'causal' or 'causal_block'"
-        ) from None
-    k_eff = d[ti] * (k[ti] - 1) + 1
-    if lookahead and (s[ti] != 1 or lo + hi != k_eff - 1):
-        raise PaddingError(
-            f"StreamingModule(lookahead=...): {what} has stride {s[ti]} and time pads "
-            f"{(lo, hi)} (effective kernel {k_eff}); lookahead streaming needs stride 1 and "
-            "pads that keep the length (lo + hi = k_eff - 1: 'same', 'causal', symmetric "
-            "(k-1)/2)"
-        )
-    if 0 < hi < s[ti] and not lookahead:
-        # a right pad shorter than the stride only completes the last, partial stride window
-        # (EnCodec's extra padding; explicit (k_eff - s, s - 1) pairs): the windows before it
-        # never read it, and a stream emits them; the partial one exists only at the end
-        hi = 0
-    if hi != 0 and not lookahead:
-        raise PaddingError(
-            f"StreamingModule: {what} pads the time axis (axis {axis}) with {(lo, hi)}: the "
-            f"right pad {hi} needs samples from the future. Use padding='causal' (or "
-            "'causal_block') on the time axis, e.g. ('causal', 'same', 'same') for video, or "
-            "stream with a delay: StreamingModule(model, lookahead='auto')"
-        )
-    replicate = reflect = False
-    if kind == "conv" and lo + hi > 0:
-        mode: Any = layer.padding_mode
-        tmode = mode if isinstance(mode, str) else mode[ti]
-        if tmode in ("replicate", "reflect") and lookahead:
-            raise PaddingError(
-                f"StreamingModule(lookahead=...): {what} pads the time axis in mode "
-                f"{tmode!r}; lookahead streaming pads time with zeros only"
-            )
-        if tmode == "replicate":
-            replicate = True
-        elif tmode == "reflect" and lo > 0:
-            # its first outputs read samples 1..lo of its input: the stream holds its input
-            # until every such layer's first call brings them (StreamingModule.startup_delay)
-            reflect = True
-        elif tmode not in ("zeros", "reflect"):
-            raise PaddingError(
-                f"StreamingModule: {what} pads the time axis in mode {tmode!r}, which reads "
-                "samples from the end of the sequence; stream with 'zeros' or 'replicate' "
-                "(repeat the first frame) on the time axis, e.g. padding_mode=('replicate', "
-                "'zeros', 'zeros')"
-            )
-    return _Plan(name, kind, nd, ti, k, s, d, lo, replicate, is_padkit, hi, reflect=reflect)
-
-
-def _plan_transposed(
-    name: str, layer: Any, nd: int, ti: int, what: str, is_padkit: bool, lookahead: bool
-) -> _Plan:
-    k = _tuple_of(layer.kernel_size, nd, "kernel_size")
-    s = _tuple_of(layer.stride, nd, "stride")
-    d = _tuple_of(layer.dilation, nd, "dilation")
-    op = _tuple_of(layer.output_padding, nd, "output_padding", minimum=0)
-    if lookahead:
-        raise PaddingError(
-            f"StreamingModule(lookahead=...): {what} is a transposed conv; lookahead streaming "
-            "takes stride-1 models only (stream a causal decoder without lookahead)"
-        )
-    if is_padkit:
-        found = set()
-        for n in (7, 8, 9):
-            sizes = [max(kk, 2) for kk in k]
-            sizes[ti] = n
-            found.add(tuple(layer.resolved_crops(tuple(sizes)))[ti])
-        if len(found) != 1:
-            raise PaddingError(
-                f"StreamingModule: {what} crops its time axis by an amount that depends on the "
-                "sequence length; use padding='causal' on the time axis"
-            )
-        ((lo, hi),) = found
-    else:
-        pad = _tuple_of(layer.padding, nd, "padding", minimum=0)
-        lo, hi = pad[ti], pad[ti]
-    k_eff = d[ti] * (k[ti] - 1) + 1
-    # the offline output crops hi - op at the end of the full (n-1)*s + k_eff outputs; the
-    # outputs a stream can finalise after n inputs end at n*s: held back = the difference
-    held = hi - op[ti] - (k_eff - s[ti])
-    if held < 0:
-        raise PaddingError(
-            f"StreamingModule: {what} (kernel {k[ti]}, stride {s[ti]}, dilation {d[ti]}) crops "
-            f"{(lo, hi)} with output_padding {op[ti]} on the time axis: its last {-held} "
-            "output(s) read only the last input and exist only once the sequence ends. Crop "
-            "k_eff - stride at the end (padding='causal') to stream it"
-        )
-    return _Plan(name, "convt", nd, ti, k, s, d, lo, False, is_padkit, held)
-
+__all__ = ["StreamingModule", "StreamingStep"]
 
 # ----------------------------------------------------------------------------- the runner
 
@@ -578,27 +122,6 @@ class _StreamLayer(nn.Module):
                     "input only"
                 )
         return runner._run_layer(self.plan, layer, x)
-
-
-@dataclass
-class _Context:
-    state_in: StreamState
-    state_out: StreamState = field(default_factory=dict)
-    lazy: bool = False
-    created: StreamState = field(default_factory=dict)
-    static_pos: dict[str, int] | None = None
-    # lookahead mode: (start, commit, end) stream times of this step: every tensor covers
-    # [start, end), the samples before commit become history
-    lookahead: tuple[int, int, int] | None = None
-    record: dict[str, tuple[int, int]] | None = None
-    # a run whose outputs and new state are thrown away (init_state's shape probe, the
-    # start-up length search): reflect layers may get fewer samples than their pad
-    shape_only: bool = False
-    called: set[str] = field(default_factory=set)
-    # per step: a layer's sample count advanced by the chunk length, shared by the layers
-    # that hold the same count tensor (saves one tensor op per layer)
-    advanced: dict[tuple[int, int], Tensor] = field(default_factory=dict)
-    shared_pos: dict[tuple[int, str], Tensor] = field(default_factory=dict)
 
 
 class StreamingModule(nn.Module):
@@ -913,7 +436,7 @@ class StreamingModule(nn.Module):
                     "depends on its input; pass example=<an input chunk>"
                 )
             channels: Any = layer.in_channels
-            state.update(self._fresh(plan, (n, int(channels), plan.history), dt, dev, shared))
+            state.update(fresh_entries(plan, (n, int(channels), plan.history), dt, dev, shared))
         for rplan in self._rnn_plans.values():
             state.update(rplan.fresh(n, dt, dev))
         return state
@@ -949,29 +472,6 @@ class StreamingModule(nn.Module):
             finally:
                 self._probing = False
             self._checked.add(key)
-
-    @staticmethod
-    def _fresh(
-        plan: _Plan,
-        shape: Sequence[int],
-        dtype: torch.dtype,
-        device: torch.device,
-        shared: dict[tuple[int, str], Tensor] | None = None,
-    ) -> StreamState:
-        if plan.kind == "max":
-            fill = _lowest(dtype)
-            buf = torch.full(tuple(shape), fill, dtype=dtype, device=device)
-        else:
-            buf = torch.zeros(tuple(shape), dtype=dtype, device=device)
-        # layers that see the same sample count share one count tensor (never mutated), so
-        # a step advances it once for all of them
-        key = (int(shape[0]), str(device))
-        pos = shared.get(key) if shared is not None else None
-        if pos is None:
-            pos = torch.zeros((int(shape[0]),), dtype=torch.int64, device=device)
-            if shared is not None:
-                shared[key] = pos
-        return {plan.key_buf: buf, plan.key_pos: pos}
 
     def reset(self, rows: Sequence[int] | Tensor | None = None) -> None:
         """Forget the state that :meth:`forward` keeps: all of it (the next call starts a new
@@ -1370,24 +870,6 @@ class StreamingModule(nn.Module):
             ctx.advanced[(id(new), -1)] = pos  # keeps ``pos`` alive, so its id stays unique
         return new
 
-    def _taps_weight(self, weight: Tensor) -> Tensor:
-        """``weight`` (O, C, k) as (O, k*C), tap-major; cached for a parameter while it is
-        unchanged and no gradient flows (a parametrized weight is rebuilt each step)."""
-        if not isinstance(weight, nn.Parameter) or (
-            weight.requires_grad and torch.is_grad_enabled()
-        ):
-            # computed per access, or part of an autograd graph: never reuse
-            return weight.permute(0, 2, 1).reshape(weight.shape[0], -1)
-        key = (id(weight), weight._version)
-        hit = self._taps_cache.get(key)
-        if hit is not None and hit[0] is weight:
-            return hit[1]
-        flat = weight.permute(0, 2, 1).reshape(weight.shape[0], -1)
-        if len(self._taps_cache) > 256:
-            self._taps_cache.clear()
-        self._taps_cache[key] = (weight, flat)
-        return flat
-
     def _run_fast(self, plan: _Plan, layer: Any, x: Tensor) -> Tensor | None:
         """The lean step of a stride-1 causal 1-d conv: ``cat``, ``conv1d``, a view of the
         tail. None when anything is unusual (the general path then checks and explains)."""
@@ -1427,7 +909,7 @@ class StreamingModule(nn.Module):
             k = int(weight.shape[2])
             taps = cat.unfold(2, plan.k_eff, 1)[..., ::dil]  # (N, C, L, k)
             flat = taps.permute(0, 2, 3, 1).reshape(cat.shape[0], length, k * cat.shape[1])
-            y = F.linear(flat, self._taps_weight(weight), layer.bias).transpose(1, 2)
+            y = F.linear(flat, taps_weight(self._taps_cache, weight), layer.bias).transpose(1, 2)
         else:
             y = F.conv1d(cat, layer.weight, layer.bias, 1, 0, plan.d, layer.groups)
         tail = cat.narrow(2, length, plan.history)
@@ -1454,7 +936,7 @@ class StreamingModule(nn.Module):
         td = 2 + plan.ti
         length = x.shape[td]
         if plan.stateless:
-            return layer(x) if length > 0 else self._empty(plan, layer, x)
+            return layer(x) if length > 0 else empty_output(self._pairs_cache, plan, layer, x)
         key_buf, key_pos = plan.key_buf, plan.key_pos
         state_in = ctx.state_in
         if key_buf in state_in and key_pos in state_in:
@@ -1462,7 +944,7 @@ class StreamingModule(nn.Module):
         elif ctx.lazy:
             shape = list(x.shape)
             shape[td] = plan.history
-            fresh = self._fresh(plan, shape, x.dtype, x.device, ctx.shared_pos)
+            fresh = fresh_entries(plan, shape, x.dtype, x.device, ctx.shared_pos)
             ctx.created.update(fresh)
             buf, pos = fresh[key_buf], fresh[key_pos]
         else:
@@ -1504,15 +986,15 @@ class StreamingModule(nn.Module):
         off, m = plan.window(pos_i, length)
         if m > 0:
             if plan.kind == "convt":
-                y = self._op_transposed(plan, layer, cat)
+                y = run_transposed(self._pairs_cache, plan, layer, cat)
                 if off != 0 or y.shape[td] != m:
                     y = y.narrow(td, off, m)
             else:
                 span = (m - 1) * plan.stride + plan.k_eff
                 seg = cat if off == 0 and span == cat.shape[td] else cat.narrow(td, off, span)
-                y = self._op(plan, layer, seg, pos - plan.history + off, None)
+                y = run_op(self._pairs_cache, plan, layer, seg, pos - plan.history + off, None)
         else:
-            y = self._empty(plan, layer, x)
+            y = empty_output(self._pairs_cache, plan, layer, x)
         if plan.history > 0:
             tail = cat.narrow(td, length, plan.history)
             # a short view would pin a long chunk's memory: copy it then
@@ -1594,9 +1076,9 @@ class StreamingModule(nn.Module):
         cat = torch.cat(parts, dim=td) if len(parts) > 1 else x
         t0 = torch.full((x.shape[0],), start - plan.lo, dtype=torch.int64, device=x.device)
         if cat.shape[td] >= plan.k_eff:
-            y = self._op(plan, layer, cat, t0, end)
+            y = run_op(self._pairs_cache, plan, layer, cat, t0, end)
         else:
-            y = self._empty(plan, layer, x)
+            y = empty_output(self._pairs_cache, plan, layer, x)
         if plan.lo > 0:
             tail = cat.narrow(td, commit - start, plan.lo)
             ctx.state_out[plan.key_buf] = tail.clone()
@@ -1604,134 +1086,6 @@ class StreamingModule(nn.Module):
             ctx.state_out[plan.key_buf] = buf
         ctx.state_out[plan.key_pos] = pos
         return y
-
-    # ------------------------------------------------------------------ the ops
-
-    def _pairs(
-        self, plan: _Plan, layer: nn.Module, sizes: Sequence[int]
-    ) -> tuple[tuple[int, int], ...]:
-        """The layer's pads (transposed: crops) for these spatial sizes, time unpadded."""
-        key = (plan.name, tuple(sizes))
-        cached = self._pairs_cache.get(key)
-        if cached is not None:
-            return cached
-        if plan.kind == "convt":
-            if plan.padkit:
-                pairs = list(layer.resolved_crops(tuple(sizes)))  # type: ignore[operator]
-            else:
-                pad = _tuple_of(getattr(layer, "padding", 0), plan.nd, "padding", minimum=0)
-                pairs = [(p, p) for p in pad]
-        elif plan.padkit:
-            probe = list(sizes)
-            probe[plan.ti] = max(plan.k_eff, 1)
-            pairs = list(layer.resolved_padding(tuple(probe)))  # type: ignore[operator]
-        else:
-            pairs = list(_torch_pairs(getattr(layer, "padding", 0), plan.k, plan.d))
-        pairs[plan.ti] = (0, 0)
-        result = tuple(pairs)
-        if len(self._pairs_cache) < 4096:
-            self._pairs_cache[key] = result
-        return result
-
-    def _op_transposed(self, plan: _Plan, layer: Any, cat: Tensor) -> Tensor:
-        """The full (time-uncropped) transposed conv of ``history ++ chunk``."""
-        sizes = _spatial(plan, cat)
-        pairs = self._pairs(plan, layer, sizes)
-        op = list(_tuple_of(layer.output_padding, plan.nd, "output_padding", minimum=0))
-        op[plan.ti] = 0
-        if all(p == (0, 0) for p in pairs) and not any(op):
-            return _TORCH_CONVT[plan.nd](  # type: ignore[no-any-return]
-                cat, layer.weight, layer.bias, plan.s, 0, 0, layer.groups, plan.d
-            )
-        return _CONVT_FN[plan.nd](  # type: ignore[no-any-return]
-            cat,
-            layer.weight,
-            layer.bias,
-            plan.s,
-            Padding(pairs),
-            tuple(op),
-            layer.groups,
-            plan.d,
-        )
-
-    def _op(self, plan: _Plan, layer: Any, seg: Tensor, t0: Tensor, end: int | None) -> Tensor:
-        """The layer, unpadded in time, on ``seg``; ``t0`` is the stream time of ``seg``'s
-        first sample per row (negative: the left pad), ``end`` the first time past the
-        stream's end (lookahead: the right pad), for pools that do not count pads."""
-        if plan.lo == 0 and plan.hi == 0 and plan.kind != "convt":
-            # nothing to pad on the time axis: the layer's own forward is the full-sequence op
-            return layer(seg)  # type: ignore[no-any-return]
-        sizes = _spatial(plan, seg)
-        pairs = self._pairs(plan, layer, sizes)
-        nd = plan.nd
-        if plan.kind == "conv" and all(p == (0, 0) for p in pairs):
-            # the common 1-d case: nothing left to pad, the plain torch conv
-            return _TORCH_CONV[nd](  # type: ignore[no-any-return]
-                seg, layer.weight, layer.bias, plan.s, 0, plan.d, layer.groups
-            )
-        spec = Padding(pairs)
-        if plan.kind == "conv":
-            return _CONV_FN[nd](  # type: ignore[no-any-return]
-                seg,
-                layer.weight,
-                layer.bias,
-                plan.s,
-                spec,
-                plan.d,
-                layer.groups,
-                layer.padding_mode,
-            )
-        if plan.kind == "max":
-            return _MAX_FN[nd](  # type: ignore[no-any-return]
-                seg, plan.k, plan.s, spec, plan.d, layer.ceil_mode, False
-            )
-        if plan.kind == "lp":
-            return _LP_FN[nd](  # type: ignore[no-any-return]
-                seg, layer.norm_type, plan.k, plan.s, layer.ceil_mode, padding=spec, dilation=plan.d
-            )
-        avg = _AVG_FN[nd]
-        divisor = getattr(layer, "divisor_override", None)
-        if layer.count_include_pad or divisor is not None:
-            return avg(  # type: ignore[no-any-return]
-                seg, plan.k, plan.s, spec, layer.ceil_mode, layer.count_include_pad, divisor, plan.d
-            )
-        # average over the real samples only: pool the sum and, from a mask of which stream
-        # positions are real (not the time pads), the count
-        td = 2 + plan.ti
-        total = avg(seg, plan.k, plan.s, spec, layer.ceil_mode, True, 1, plan.d)
-        times = t0.view(-1, 1) + torch.arange(seg.shape[td], device=seg.device)
-        real = times >= 0
-        if end is not None:
-            real = real & (times < end)
-        mshape = [seg.shape[0]] + [1] * (seg.dim() - 1)
-        mshape[td] = seg.shape[td]
-        mask = real.to(seg.dtype).view(mshape).expand([seg.shape[0], 1, *seg.shape[2:]])
-        count = avg(mask, plan.k, plan.s, spec, layer.ceil_mode, True, 1, plan.d)
-        return total / count  # type: ignore[no-any-return]
-
-    def _empty(self, plan: _Plan, layer: Any, x: Tensor) -> Tensor:
-        """The output of a chunk that completes no window (time length 0)."""
-        sizes = _spatial(plan, x)
-        pairs = self._pairs(plan, layer, sizes)
-        shape = [
-            int(x.shape[0]),
-            int(layer.out_channels) if plan.kind in ("conv", "convt") else int(x.shape[1]),
-        ]
-        ceil = bool(getattr(layer, "ceil_mode", False))
-        if plan.kind == "convt":
-            op = _tuple_of(layer.output_padding, plan.nd, "output_padding", minimum=0)
-        for i, (n, (lo, hi)) in enumerate(zip(sizes, pairs)):
-            if i == plan.ti:
-                shape.append(0)
-            elif plan.kind == "convt":
-                shape.append(
-                    conv_transpose_output_size(n, plan.k[i], plan.s[i], plan.d[i], lo, hi) + op[i]
-                )
-            elif plan.kind == "conv":
-                shape.append(conv_output_size(n, plan.k[i], plan.s[i], plan.d[i], lo, hi))
-            else:
-                shape.append(pool_output_size(n, plan.k[i], plan.s[i], plan.d[i], lo, hi, ceil))
-        return x.new_zeros(shape)
 
     # ------------------------------------------------------------------ checks and export
 
@@ -1750,45 +1104,7 @@ class StreamingModule(nn.Module):
         the shapes differ or a value differs by more than ``atol + rtol * |full|`` (for
         instance when two added branches emit their samples at different times).
         """
-        self._check_chunk(x, "verify(): x")
-        dim = self.axis if self.axis >= 0 else x.dim() + self.axis
-        sizes = [int(c) for c in chunk_sizes]
-        if any(c < 0 for c in sizes) or sum(sizes) != x.shape[dim]:
-            raise PaddingError(
-                f"verify(): chunk_sizes must be non-negative and sum to the time length "
-                f"{x.shape[dim]}, got {list(chunk_sizes)!r}"
-            )
-        with torch.no_grad():
-            full = self.model(x)
-            state = self.init_state(example=x.narrow(dim, 0, 1))
-            outs = []
-            for chunk in torch.split(x, sizes, dim=dim):
-                y, state = self.step(chunk, state)
-                outs.append(y)
-            if self._lookahead_mode or _STARTUP_KEY in state:
-                outs.append(self.flush(state))
-        if not isinstance(full, Tensor):
-            raise TypeError(f"verify(): the model must return a Tensor, got {type(full).__name__}")
-        odim = self.axis if self.axis >= 0 else full.dim() + self.axis
-        try:
-            streamed = torch.cat(outs, dim=odim)
-        except RuntimeError as err:
-            raise PaddingError(f"verify(): the streamed chunks do not concatenate: {err}") from None
-        if streamed.shape != full.shape:
-            raise PaddingError(
-                f"verify(): streaming gave shape {tuple(streamed.shape)}, the full run "
-                f"{tuple(full.shape)} (do added branches emit at different times?)"
-            )
-        diff = (streamed - full).abs()
-        worst = float(diff.max()) if diff.numel() else 0.0
-        bad = diff > atol + rtol * full.abs()
-        if bool(bad.any()):
-            first = int(bad.nonzero()[0][odim])
-            raise PaddingError(
-                f"verify(): streaming differs from the full run by up to {worst:.3g}, first at "
-                f"output step {first}"
-            )
-        return worst
+        return verify(self, x, chunk_sizes, rtol=rtol, atol=atol)
 
     def step_module(self, example: Tensor, state: StreamState | None = None) -> StreamingStep:
         """A module computing one step for chunks shaped like ``example``, for export.
@@ -1800,51 +1116,7 @@ class StreamingModule(nn.Module):
         :class:`padkit.PaddingError` otherwise. ``state`` (default: a fresh one) sets the
         phase; layers without left padding need a warm-up step before export.
         """
-        self._check_chunk(example, "step_module(): example")
-        if self._lookahead_mode:
-            raise PaddingError(
-                "step_module(): a lookahead stream's step is not exported (the held input "
-                "grows during the first steps); export a causal model"
-            )
-        self._self_check(example)
-        if state is None:
-            state = self.init_state(example=example)
-        if _STARTUP_KEY in state or (self._has_reflect() and self._at_start(state)):
-            dim = self.axis if self.axis >= 0 else example.dim() + self.axis
-            need = self._startup_samples(example)
-            if _STARTUP_KEY in state or example.shape[dim] < need:
-                raise PaddingError(
-                    f"step_module(): the model pads time in mode 'reflect' "
-                    f"({self._reflect_names()}): a stream's first run needs {need} samples "
-                    f"(startup_delay), the exported chunk has {example.shape[dim]}"
-                    + (" and the state holds a start-up" if _STARTUP_KEY in state else "")
-                    + ". Export a chunk of at least that length, or export from a state past "
-                    "the start-up (step() the first samples; the graph then serves such states)"
-                )
-        ctx = _Context(state_in=state, record={})
-        with torch.no_grad():
-            self._run(torch.zeros_like(example), ctx)
-        assert ctx.record is not None
-        for name, (pos, length) in ctx.record.items():
-            plan = self._plans[name]
-            if plan.offset(pos) != plan.offset(pos + length) or plan.outputs(
-                pos, length
-            ) != plan.outputs(pos + length, length):
-                raise PaddingError(
-                    f"step_module(): {name!r} (stride {plan.stride}) gets {length} samples per "
-                    f"step after {pos}: its phase changes from step to step, so one exported "
-                    "graph cannot serve every step. Use a chunk length that is a multiple of "
-                    "the model's total stride"
-                    + (
-                        ", and run a warm-up step() before exporting (the layer has no left "
-                        "padding)"
-                        if plan.lo < plan.k_eff - plan.stride
-                        else ""
-                    )
-                )
-        static = {name: pos for name, (pos, _) in ctx.record.items()}
-        names = sorted(state)
-        return StreamingStep(self, names, static)
+        return step_module(self, example, state)
 
     def export_onnx(
         self,
@@ -1880,102 +1152,12 @@ class StreamingModule(nn.Module):
         Returns:
             The state keys, in graph order.
         """
-        if self._lookahead_mode:
-            raise PaddingError(
-                "export_onnx(): lookahead streams are not exported (the held input grows during "
-                "the first steps); export a causal model"
-            )
-        if dynamic_length:
-            bad = [p.name for p in self._stateful() if not p.simple]
-            if bad:
-                raise PaddingError(
-                    f"export_onnx(dynamic_length=True): {bad} have a stride, a transposed conv "
-                    "or a left pad other than k_eff - 1, so their phase depends on the chunk "
-                    "length; export a fixed length (a multiple of the total stride)"
-                )
-        step = self.step_module(example, state)
-        start = state if state is not None else self.init_state(example=example)
-        # distinct tensors: layers may share one count tensor, which export would alias
-        values = [start[k].clone() for k in step.state_names]
-        args = (torch.zeros_like(example), *values)
-        dim = self.axis if self.axis >= 0 else example.dim() + self.axis
-        kwargs.setdefault("dynamo", True)
-        kwargs.setdefault("verbose", False)
-        names_in = ["chunk", *[f"state_in.{k}" for k in step.state_names]]
-        names_out = ["output", *[f"state_out.{k}" for k in step.state_names]]
-        if (
-            (dynamic_batch or dynamic_length)
-            and "dynamic_shapes" not in kwargs
-            and ("dynamic_axes" not in kwargs)
-        ):
-            if kwargs["dynamo"]:
-                batch = torch.export.Dim("batch", min=1, max=1 << 16)
-                chunk_dims: dict[int, Any] = {0: batch} if dynamic_batch else {}
-                if dynamic_length:
-                    chunk_dims[dim] = torch.export.Dim("time", min=1, max=1 << 20)
-                kwargs["dynamic_shapes"] = (
-                    chunk_dims,
-                    tuple({0: batch} if dynamic_batch and v.dim() else {} for v in values),
-                )
-            else:
-                axes: dict[str, dict[int, str]] = {}
-                for nm, v in zip(names_in + names_out, [example, *values] * 2):
-                    if dynamic_batch and v.dim():
-                        axes[nm] = {0: "batch"}
-                if dynamic_length:
-                    axes.setdefault("chunk", {})[dim] = "time"
-                kwargs["dynamic_axes"] = axes
-        with warnings.catch_warnings():
-            # the exporter notes that the state tensors share the chunk's batch dimension
-            warnings.filterwarnings("ignore", message=".*shares the same shape constraints.*")
-            torch.onnx.export(
-                step, args, path, input_names=names_in, output_names=names_out, **kwargs
-            )
-        return list(step.state_names)
-
-
-class StreamingStep(nn.Module):
-    """One streaming step with a fixed chunk shape and the state as explicit tensors.
-
-    Made by :meth:`StreamingModule.step_module`; it exists to be exported (ONNX, or
-    ``torch.export``) with the state as graph inputs and outputs.
-
-    Shape:
-        - Input: ``chunk`` of the example's shape, then one tensor per state entry, in the
-          order of :attr:`state_names`.
-        - Output: ``(output, *new_state)``, the new state in the same order.
-
-    Example:
-        >>> import padkit.nn as pn
-        >>> stream = StreamingModule(pn.Conv1d(2, 3, 3, stride=2, padding="causal"))
-        >>> step = stream.step_module(torch.zeros(1, 2, 4))
-        >>> step.state_names
-        ['<model>.buf', '<model>.pos']
-        >>> state = stream.init_state(1)
-        >>> out, *values = step(torch.ones(1, 2, 4), *[state[k] for k in step.state_names])
-        >>> out.shape
-        torch.Size([1, 3, 2])
-    """
-
-    def __init__(self, stream: StreamingModule, names: list[str], static: dict[str, int]) -> None:
-        super().__init__()
-        self.stream = stream
-        self.state_names = list(names)
-        self._static = dict(static)
-        self.train(stream.model.training)
-
-    def forward(self, chunk: Tensor, *state: Tensor) -> tuple[Tensor, ...]:
-        if len(state) != len(self.state_names):
-            raise PaddingError(
-                f"StreamingStep: expected {len(self.state_names)} state tensors "
-                f"({self.state_names}), got {len(state)}"
-            )
-        ctx = _Context(state_in=dict(zip(self.state_names, state)), static_pos=self._static)
-        out = self.stream._run(chunk, ctx)
-        if not isinstance(out, Tensor):
-            raise TypeError(
-                f"StreamingStep: the model must return a Tensor to export, got {type(out).__name__}"
-            )
-        new = dict(ctx.state_in)
-        new.update(ctx.state_out)
-        return (out, *[new[k] for k in self.state_names])
+        return export_onnx(
+            self,
+            path,
+            example,
+            state,
+            dynamic_batch=dynamic_batch,
+            dynamic_length=dynamic_length,
+            **kwargs,
+        )

@@ -1,0 +1,192 @@
+"""The ops a streamed layer runs on its buffered window: the layer without time padding (the
+other axes padded as the layer pads them), the full transposed conv, the empty output of a
+chunk that completes no window, and the tap-major weight of the matmul path. ``cache`` is the
+stream's memo (pads per layer and sizes; reshaped weights)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from .. import functional as PF
+from ..spec import (
+    Padding,
+    _tuple_of,
+    conv_output_size,
+    conv_transpose_output_size,
+    pool_output_size,
+)
+from ._plan import _Plan, _spatial, _torch_pairs
+
+_TORCH_CONV: dict[int, Any] = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}
+_TORCH_CONVT: dict[int, Any] = {
+    1: F.conv_transpose1d,
+    2: F.conv_transpose2d,
+    3: F.conv_transpose3d,
+}
+_CONVT_FN: dict[int, Any] = {
+    1: PF.conv_transpose1d,
+    2: PF.conv_transpose2d,
+    3: PF.conv_transpose3d,
+}
+_CONV_FN: dict[int, Any] = {1: PF.conv1d, 2: PF.conv2d, 3: PF.conv3d}
+_MAX_FN: dict[int, Any] = {1: PF.max_pool1d, 2: PF.max_pool2d, 3: PF.max_pool3d}
+_AVG_FN: dict[int, Any] = {1: PF.avg_pool1d, 2: PF.avg_pool2d, 3: PF.avg_pool3d}
+_LP_FN: dict[int, Any] = {1: PF.lp_pool1d, 2: PF.lp_pool2d, 3: PF.lp_pool3d}
+
+# the stream's memos: a layer's pads per spatial sizes; a weight reshaped tap-major
+PairsCache = dict[tuple[str, tuple[int, ...]], tuple[tuple[int, int], ...]]
+TapsCache = dict[tuple[int, int], tuple[Tensor, Tensor]]
+
+
+def taps_weight(cache: TapsCache, weight: Tensor) -> Tensor:
+    """``weight`` (O, C, k) as (O, k*C), tap-major; cached for a parameter while it is
+    unchanged and no gradient flows (a parametrized weight is rebuilt each step)."""
+    if not isinstance(weight, nn.Parameter) or (weight.requires_grad and torch.is_grad_enabled()):
+        # computed per access, or part of an autograd graph: never reuse
+        return weight.permute(0, 2, 1).reshape(weight.shape[0], -1)
+    key = (id(weight), weight._version)
+    hit = cache.get(key)
+    if hit is not None and hit[0] is weight:
+        return hit[1]
+    flat = weight.permute(0, 2, 1).reshape(weight.shape[0], -1)
+    if len(cache) > 256:
+        cache.clear()
+    cache[key] = (weight, flat)
+    return flat
+
+
+def layer_pairs(
+    cache: PairsCache, plan: _Plan, layer: nn.Module, sizes: Sequence[int]
+) -> tuple[tuple[int, int], ...]:
+    """The layer's pads (transposed: crops) for these spatial sizes, time unpadded."""
+    key = (plan.name, tuple(sizes))
+    cached = cache.get(key)
+    if cached is not None:
+        return cached
+    if plan.kind == "convt":
+        if plan.padkit:
+            pairs = list(layer.resolved_crops(tuple(sizes)))  # type: ignore[operator]
+        else:
+            pad = _tuple_of(getattr(layer, "padding", 0), plan.nd, "padding", minimum=0)
+            pairs = [(p, p) for p in pad]
+    elif plan.padkit:
+        probe = list(sizes)
+        probe[plan.ti] = max(plan.k_eff, 1)
+        pairs = list(layer.resolved_padding(tuple(probe)))  # type: ignore[operator]
+    else:
+        pairs = list(_torch_pairs(getattr(layer, "padding", 0), plan.k, plan.d))
+    pairs[plan.ti] = (0, 0)
+    result = tuple(pairs)
+    if len(cache) < 4096:
+        cache[key] = result
+    return result
+
+
+def run_transposed(cache: PairsCache, plan: _Plan, layer: Any, cat: Tensor) -> Tensor:
+    """The full (time-uncropped) transposed conv of ``history ++ chunk``."""
+    sizes = _spatial(plan, cat)
+    pairs = layer_pairs(cache, plan, layer, sizes)
+    op = list(_tuple_of(layer.output_padding, plan.nd, "output_padding", minimum=0))
+    op[plan.ti] = 0
+    if all(p == (0, 0) for p in pairs) and not any(op):
+        return _TORCH_CONVT[plan.nd](  # type: ignore[no-any-return]
+            cat, layer.weight, layer.bias, plan.s, 0, 0, layer.groups, plan.d
+        )
+    return _CONVT_FN[plan.nd](  # type: ignore[no-any-return]
+        cat,
+        layer.weight,
+        layer.bias,
+        plan.s,
+        Padding(pairs),
+        tuple(op),
+        layer.groups,
+        plan.d,
+    )
+
+
+def run_op(
+    cache: PairsCache, plan: _Plan, layer: Any, seg: Tensor, t0: Tensor, end: int | None
+) -> Tensor:
+    """The layer, unpadded in time, on ``seg``; ``t0`` is the stream time of ``seg``'s
+    first sample per row (negative: the left pad), ``end`` the first time past the
+    stream's end (lookahead: the right pad), for pools that do not count pads."""
+    if plan.lo == 0 and plan.hi == 0 and plan.kind != "convt":
+        # nothing to pad on the time axis: the layer's own forward is the full-sequence op
+        return layer(seg)  # type: ignore[no-any-return]
+    sizes = _spatial(plan, seg)
+    pairs = layer_pairs(cache, plan, layer, sizes)
+    nd = plan.nd
+    if plan.kind == "conv" and all(p == (0, 0) for p in pairs):
+        # the common 1-d case: nothing left to pad, the plain torch conv
+        return _TORCH_CONV[nd](  # type: ignore[no-any-return]
+            seg, layer.weight, layer.bias, plan.s, 0, plan.d, layer.groups
+        )
+    spec = Padding(pairs)
+    if plan.kind == "conv":
+        return _CONV_FN[nd](  # type: ignore[no-any-return]
+            seg,
+            layer.weight,
+            layer.bias,
+            plan.s,
+            spec,
+            plan.d,
+            layer.groups,
+            layer.padding_mode,
+        )
+    if plan.kind == "max":
+        return _MAX_FN[nd](  # type: ignore[no-any-return]
+            seg, plan.k, plan.s, spec, plan.d, layer.ceil_mode, False
+        )
+    if plan.kind == "lp":
+        return _LP_FN[nd](  # type: ignore[no-any-return]
+            seg, layer.norm_type, plan.k, plan.s, layer.ceil_mode, padding=spec, dilation=plan.d
+        )
+    avg = _AVG_FN[nd]
+    divisor = getattr(layer, "divisor_override", None)
+    if layer.count_include_pad or divisor is not None:
+        return avg(  # type: ignore[no-any-return]
+            seg, plan.k, plan.s, spec, layer.ceil_mode, layer.count_include_pad, divisor, plan.d
+        )
+    # average over the real samples only: pool the sum and, from a mask of which stream
+    # positions are real (not the time pads), the count
+    td = 2 + plan.ti
+    total = avg(seg, plan.k, plan.s, spec, layer.ceil_mode, True, 1, plan.d)
+    times = t0.view(-1, 1) + torch.arange(seg.shape[td], device=seg.device)
+    real = times >= 0
+    if end is not None:
+        real = real & (times < end)
+    mshape = [seg.shape[0]] + [1] * (seg.dim() - 1)
+    mshape[td] = seg.shape[td]
+    mask = real.to(seg.dtype).view(mshape).expand([seg.shape[0], 1, *seg.shape[2:]])
+    count = avg(mask, plan.k, plan.s, spec, layer.ceil_mode, True, 1, plan.d)
+    return total / count  # type: ignore[no-any-return]
+
+
+def empty_output(cache: PairsCache, plan: _Plan, layer: Any, x: Tensor) -> Tensor:
+    """The output of a chunk that completes no window (time length 0)."""
+    sizes = _spatial(plan, x)
+    pairs = layer_pairs(cache, plan, layer, sizes)
+    shape = [
+        int(x.shape[0]),
+        int(layer.out_channels) if plan.kind in ("conv", "convt") else int(x.shape[1]),
+    ]
+    ceil = bool(getattr(layer, "ceil_mode", False))
+    if plan.kind == "convt":
+        op = _tuple_of(layer.output_padding, plan.nd, "output_padding", minimum=0)
+    for i, (n, (lo, hi)) in enumerate(zip(sizes, pairs)):
+        if i == plan.ti:
+            shape.append(0)
+        elif plan.kind == "convt":
+            shape.append(
+                conv_transpose_output_size(n, plan.k[i], plan.s[i], plan.d[i], lo, hi) + op[i]
+            )
+        elif plan.kind == "conv":
+            shape.append(conv_output_size(n, plan.k[i], plan.s[i], plan.d[i], lo, hi))
+        else:
+            shape.append(pool_output_size(n, plan.k[i], plan.s[i], plan.d[i], lo, hi, ceil))
+    return x.new_zeros(shape)

@@ -1,0 +1,69 @@
+"""What a stream's state is: a flat ``dict[str, Tensor]`` (per layer ``"<name>.buf"`` and
+``"<name>.pos"``; recurrent layers add their hidden state; the stream's own keys below), fresh
+entries for a layer, and the per-step context the stand-ins read and write."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import torch
+from torch import Tensor
+
+from ._plan import _lowest, _Plan
+
+StreamState = dict[str, Tensor]
+# lookahead mode: the model input not yet committed, and the samples seen
+_INPUT_KEY = "<stream>.input"
+_POS_KEY = "<stream>.pos"
+# reflect time padding: the input held until the stream's start-up is complete
+_STARTUP_KEY = "<stream>.startup"
+
+
+@dataclass
+class _Context:
+    """One step's inputs and outputs: the state read, the entries written, and how the
+    step runs (lazy state creation, export phases, lookahead span, probes)."""
+
+    state_in: StreamState
+    state_out: StreamState = field(default_factory=dict)
+    lazy: bool = False
+    created: StreamState = field(default_factory=dict)
+    static_pos: dict[str, int] | None = None
+    # lookahead mode: (start, commit, end) stream times of this step: every tensor covers
+    # [start, end), the samples before commit become history
+    lookahead: tuple[int, int, int] | None = None
+    record: dict[str, tuple[int, int]] | None = None
+    # a run whose outputs and new state are thrown away (init_state's shape probe, the
+    # start-up length search): reflect layers may get fewer samples than their pad
+    shape_only: bool = False
+    called: set[str] = field(default_factory=set)
+    # per step: a layer's sample count advanced by the chunk length, shared by the layers
+    # that hold the same count tensor (saves one tensor op per layer)
+    advanced: dict[tuple[int, int], Tensor] = field(default_factory=dict)
+    shared_pos: dict[tuple[int, str], Tensor] = field(default_factory=dict)
+
+
+def fresh_entries(
+    plan: _Plan,
+    shape: Sequence[int],
+    dtype: torch.dtype,
+    device: torch.device,
+    shared: dict[tuple[int, str], Tensor] | None = None,
+) -> StreamState:
+    """A fresh buffer (the layer's padding: zeros, ``-inf`` for max pools) and sample
+    count for one layer; layers at the same count share one count tensor."""
+    if plan.kind == "max":
+        fill = _lowest(dtype)
+        buf = torch.full(tuple(shape), fill, dtype=dtype, device=device)
+    else:
+        buf = torch.zeros(tuple(shape), dtype=dtype, device=device)
+    # layers that see the same sample count share one count tensor (never mutated), so
+    # a step advances it once for all of them
+    key = (int(shape[0]), str(device))
+    pos = shared.get(key) if shared is not None else None
+    if pos is None:
+        pos = torch.zeros((int(shape[0]),), dtype=torch.int64, device=device)
+        if shared is not None:
+            shared[key] = pos
+    return {plan.key_buf: buf, plan.key_pos: pos}
