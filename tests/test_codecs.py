@@ -257,3 +257,25 @@ def test_codec_step_exports_to_onnx_with_its_lstm_state(tmp_path: object) -> Non
         outs.append(torch.from_numpy(out))
     with torch.no_grad():
         torch.testing.assert_close(torch.cat(outs, -1), e.encoder(x), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.slow
+def test_mimi_encoder_at_its_default_sizes_converts_and_streams() -> None:
+    """Mimi's own widths (64 filters, 512 hidden; 14 conv layers): the converted copy equals
+    the HF module to float rounding relative to the output's scale (an element-wise check
+    refused it: rounding reaches outputs near zero), and streams it at chunks of 1, 7 and a hop.
+    The small configs above cover the same code fast."""
+    torch.manual_seed(0)
+    m = transformers.MimiModel(transformers.MimiConfig(num_hidden_layers=1)).eval()
+    model = Chain(m.encoder.encoder_seanet, m.encoder.downsample)
+    hop = 1920
+    x = torch.randn(1, 1, 2 * hop)
+    new, report = convert_causal(model, x)
+    assert report.changes and not report.skipped, str(report)
+    sm = StreamingModule(new)
+    with torch.no_grad():
+        full = model(x)
+        scale = float(full.abs().max())
+        for sizes in ([hop, hop], [7] * (2 * hop // 7) + [2 * hop % 7], [1] * hop + [hop]):
+            diff = float((stream(sm, x, sizes) - full).abs().max())
+            assert diff <= 1e-5 * scale, (sizes[:2], diff, scale)
