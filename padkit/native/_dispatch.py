@@ -153,20 +153,45 @@ class Hook:
         groups: int,
         torch_run: ConvRun | None = None,
     ) -> Tensor | None:
-        if not self._go(x, w, b):
+        # tracing first: dynamo must not see the checks on the tensors below
+        if _traced() or x.layout != torch.strided or x.is_nested:
             return None
-        if not self.force:
-            training = _training(x, w, b)
+        if self.force:
+            if not self._go(x, w, b):
+                return None
+        else:
+            training = torch.is_grad_enabled() and (
+                x.requires_grad or w.requires_grad or (b is not None and b.requires_grad)
+            )
+            # everything the decision depends on, cheap to read: a hit costs one lookup
             memo = (
-                _ops._call_key(0, x, w, b is not None, s, d, pads, groups, training),
                 strategy,
+                type(x),
+                type(w),
+                type(b),
+                x.is_cpu,
+                w.is_cpu,
+                x.dtype,
+                w.dtype,
+                None if b is None else (b.dtype, b.is_cpu),
+                x.shape,
+                x.stride(),
+                w.shape,
+                w.stride(),
+                s,
+                d,
+                pads,
+                groups,
+                training,
                 torch.get_num_threads(),
                 self.tuner.version,
                 self.tuner.measure and torch_run is not None,
             )
             use = self._decided.get(memo)
             if use is None:
-                use = self._conv_choice(strategy, x, w, b, s, d, pads, groups, training, torch_run)
+                use = self._go(x, w, b) and self._conv_choice(
+                    strategy, x, w, b, s, d, pads, groups, training, torch_run
+                )
                 if len(self._decided) > 4096:
                     self._decided.clear()
                 self._decided[memo] = use
@@ -225,14 +250,19 @@ class Hook:
         torch_run: PoolRun | None = None,
     ) -> Tensor | None:
         """``kind``: ``max``, ``avg_include`` or ``avg_exclude``; floor-mode ``outs``."""
-        if not self._pool_ok(k, s, d, pads, outs, x):
+        if _traced() or x.layout != torch.strided or x.is_nested:
             return None
-        if not self.force:
-            training = _training(x)
+        if self.force:
+            if not self._pool_ok(k, s, d, pads, outs, x):
+                return None
+        else:
+            training = torch.is_grad_enabled() and x.requires_grad
             measure = self.tuner.measure and torch_run is not None
             memo = (
                 kind,
                 strategy,
+                type(x),
+                x.is_cpu,
                 x.shape,
                 x.stride(),
                 x.dtype,
@@ -248,7 +278,9 @@ class Hook:
             )
             use = self._decided.get(memo)
             if use is None:
-                use = _ops.pool_is_fast(kind, x, outs, k, s, d, pads, training=training)
+                use = self._pool_ok(k, s, d, pads, outs, x) and _ops.pool_is_fast(
+                    kind, x, outs, k, s, d, pads, training=training
+                )
                 if use and not measure:
                     use = _policy.pool(kind, strategy, x, k, s, pads)
                 elif use and torch_run is not None:
