@@ -493,6 +493,10 @@ def _run_conv_torch(
         # torch.export: F.pad + the conv with the symmetric part, the form graph quantizers
         # (PT2E) and delegates recognise (a crop's surplus outputs would be observed)
         plan = _as_residual_pad(plan)
+    elif plan.strategy == "zero_extend" and torch.compiler.is_compiling():
+        # torch.compile: inductor fuses the F.pad into the kernel that produces the input
+        # (a ReLU, a layout change), which costs less than the grown kernel's extra taps
+        plan = _as_residual_pad(plan)
     if plan.strategy == "zero_extend" and (
         _needs_grad(x, weight, bias) or has_torch_function((weight,))
     ):
@@ -1465,6 +1469,20 @@ def _avg_pool_quantized(
     return torch.quantize_per_tensor(out, input.q_scale(), input.q_zero_point(), input.dtype)
 
 
+def _pad_then_pool(plan: Plan, rec: Op, x: Tensor) -> bool:
+    """An average pool whose divisor never depends on where the pads are (it counts them,
+    or is overridden), in floor mode: torch's unpadded pool of the zero-padded input is
+    exact. Taken in place of the plans that avoid an input copy in eager mode."""
+    return (
+        plan.strategy in ("zero_extend", "explicit")
+        and (rec.count_include_pad or rec.divisor_override is not None)
+        and not plan.ceil_mode
+        and not rec.ceil_mode
+        and all(dd == 1 for dd in rec.dilation)
+        and x.dtype.is_floating_point
+    )
+
+
 def _avg_pool(
     fname: str,
     nd: int,
@@ -1576,8 +1594,22 @@ def _avg_pool(
         )
         if got_avg is not None:
             return got_avg.squeeze(0) if unbatched else got_avg
+    if _compiling() and not torch.compiler.is_exporting() and _pad_then_pool(plan, rec, x):
+        # torch.compile: F.pad then the unpadded pool, which inductor lowers to one loop
+        # reading the input with the pads as bounds (no extern depthwise conv, no divisor)
+        pooled: Tensor = _AVG_POOL[max(nd, 2)](
+            _to2d(F.pad(x, _torch_pad(pairs)), nd),
+            _lift(nd, k, 1),
+            _lift(nd, s, 1),
+            0,
+            False,
+            True,
+            divisor_override,
+        )
+        pooled = _from2d(pooled, nd)
+        return pooled.squeeze(0) if unbatched else pooled
     if plan.strategy != "explicit":
-        pooled: Tensor = run_pool_plan(plan, rec, x)
+        pooled = run_pool_plan(plan, rec, x)
         return pooled.squeeze(0) if unbatched else pooled
     full = _explicit_pads(sizes, _k_eff(k, d), s, pairs, outs, ceil)
     total = _window_sum(x, nd, k, s, d, full)

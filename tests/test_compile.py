@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 import torch
+import torch.nn.functional as F
 from mixed_model import model_and_twin
 from torch import nn
 
@@ -25,6 +26,8 @@ LAYERS: list[tuple[str, Any]] = [
     ("convT-same", lambda: pnn.ConvTranspose2d(4, 4, 3, stride=2, padding="same")),
     ("max-same", lambda: pnn.MaxPool2d(3, 2, padding="same")),
     ("avg-same-excl", lambda: pnn.AvgPool2d(3, 2, padding="same", count_include_pad=False)),
+    ("avg-same-incl", lambda: pnn.AvgPool2d(3, 2, padding="same", count_include_pad=True)),
+    ("avg-same-divisor", lambda: pnn.AvgPool2d(3, 2, padding="same", divisor_override=2)),
     ("avg-dilated", lambda: pnn.AvgPool2d(3, 1, padding="same", dilation=2)),
     ("lp-same", lambda: pnn.LPPool2d(2, 3, 2, padding="same")),
 ]
@@ -157,3 +160,55 @@ def test_torch_export_matches_eager(name: str, build: Callable[[], nn.Module]) -
     for n in (9, 10, 13, 16):
         y = torch.randn(2, 4, n, n + 1)
         torch.testing.assert_close(dyn.module()(y), layer(y), rtol=1e-5, atol=1e-5)
+
+
+class GraphRecorder:
+    """A torch.compile backend that keeps the graphs dynamo hands it and runs each as is."""
+
+    def __init__(self) -> None:
+        self.graphs: list[torch.fx.GraphModule] = []
+
+    def __call__(self, gm: torch.fx.GraphModule, example_inputs: Any) -> Any:
+        self.graphs.append(gm)
+        return gm.forward
+
+    def calls(self, *names: str) -> list[torch.fx.Node]:
+        return [
+            n
+            for gm in self.graphs
+            for n in gm.graph.nodes
+            if n.op == "call_function" and getattr(n.target, "__name__", "") in names
+        ]
+
+
+def test_compile_depthwise_conv_pads_the_input_not_the_kernel() -> None:
+    # eagerly a depthwise conv with pads (1, 2) grows its kernel by zero taps; compiled, it
+    # is F.pad + the conv with the layer's own 5x5 kernel, the pad for inductor to fuse
+    # into the kernel that produces the input
+    torch.manual_seed(0)
+    layer = pnn.Conv2d(8, 8, 5, stride=2, padding="same", groups=8)
+    x = torch.randn(1, 8, 16, 16)
+    assert layer.plan(x.shape).strategy == "zero_extend"
+    torch._dynamo.reset()
+    rec = GraphRecorder()
+    out = torch.compile(layer, fullgraph=True, dynamic=False, backend=rec)(x)
+    ref = F.conv2d(F.pad(x, [1, 2, 1, 2]), layer.weight, layer.bias, stride=2, groups=8)
+    torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-6)
+    (conv,) = rec.calls("conv2d")
+    assert tuple(conv.args[1].meta["example_value"].shape) == (8, 1, 5, 5)
+    assert rec.calls("pad")
+
+
+@pytest.mark.parametrize("divisor", [None, 5])
+def test_compile_average_counting_pads_is_pad_then_pool(divisor: int | None) -> None:
+    # eagerly an average counting its pads runs as a depthwise conv (a constant kernel);
+    # compiled, it is F.pad + torch's unpadded pool, one loop for inductor
+    pool = pnn.AvgPool2d(3, 2, padding="same", count_include_pad=True, divisor_override=divisor)
+    x = torch.randn(2, 4, 16, 17)
+    torch._dynamo.reset()
+    rec = GraphRecorder()
+    out = torch.compile(pool, fullgraph=True, dynamic=False, backend=rec)(x)
+    ref = F.avg_pool2d(F.pad(x, [1, 1, 0, 1]), 3, 2, divisor_override=divisor)
+    torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-6)
+    assert not rec.calls("conv2d")
+    assert rec.calls("avg_pool2d")
