@@ -38,7 +38,6 @@ symbolic arithmetic.
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -311,13 +310,19 @@ def _as_residual_pad(plan: Plan) -> Plan:
     backward of the kernel grown by zero taps costs more than one padded copy. (Not
     cached: ``torch.compile`` traces this, and dynamo refuses ``lru_cache`` wrappers.)"""
     sym, residual = _residual_layout(plan.pads)
-    return dataclasses.replace(
-        plan,
-        strategy="residual_pad",
-        native_padding=sym,
-        pre_pad=residual,
-        kernel_ext=_zeros(len(plan.pads)),
-        reason=_RESIDUAL + " (under autograd, in place of zero taps)",
+    # built field by field: dataclasses.replace, traced, leaves the compiled graph a guard
+    # on each of its globals, checked on every call
+    return Plan(
+        plan.op,
+        "residual_pad",
+        plan.pads,
+        sym,
+        residual,
+        _zeros(len(plan.pads)),
+        plan.skip,
+        plan.out_size,
+        plan.ceil_mode,
+        _RESIDUAL + " (under autograd or a compiler, in place of zero taps)",
     )
 
 
