@@ -259,6 +259,35 @@ def test_codec_step_exports_to_onnx_with_its_lstm_state(tmp_path: object) -> Non
         torch.testing.assert_close(torch.cat(outs, -1), e.encoder(x), rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.parametrize("index", [2, 3], ids=["mimi-enc", "mimi-dec"])
+def test_mimi_step_exports_to_onnx(index: int, tmp_path: object) -> None:
+    """Mimi's convolutional encoder and decoder: the exported step, run in onnxruntime
+    chunk by chunk, equals the HF modules' full-sequence output."""
+    import onnxruntime as ort
+
+    name, model, x = parts()[index]
+    model.eval()
+    new, _ = convert_causal(model, x[:1])
+    sm = StreamingModule(new)
+    chunk_len = 2 * HOP if name == "mimi-encoder" else 2  # multiples of the total strides
+    chunks = x.split(chunk_len, -1)
+    # the first chunk in torch (a transposed conv without left padding exports from a
+    # state past its first step), the rest through the exported step
+    with torch.no_grad():
+        first, state = sm.step(chunks[0], sm.init_state(example=x[..., :1]))
+    path = str(tmp_path) + f"/{name}.onnx"  # type: ignore[operator]
+    names = sm.export_onnx(path, torch.zeros(3, x.shape[1], chunk_len), state)
+    sess = ort.InferenceSession(path)
+    values = [state[k].numpy() for k in names]
+    outs = [first]
+    for chunk in chunks[1:]:
+        feed = {"chunk": chunk.numpy(), **{f"state_in.{k}": v for k, v in zip(names, values)}}
+        out, *values = sess.run(None, feed)
+        outs.append(torch.from_numpy(out))
+    with torch.no_grad():
+        torch.testing.assert_close(torch.cat(outs, -1), model(x), rtol=1e-4, atol=1e-5)
+
+
 @pytest.mark.slow
 def test_mimi_encoder_at_its_default_sizes_converts_and_streams() -> None:
     """Mimi's own widths (64 filters, 512 hidden; 14 conv layers): the converted copy equals
