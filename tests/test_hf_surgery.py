@@ -252,8 +252,8 @@ class _Last(nn.Module):
 @pytest.mark.parametrize("output_stride", [16, 8])
 @pytest.mark.parametrize(
     "build",
-    [resnet, regnet, lambda: mobilenet_v2(tf_padding=False)],
-    ids=["resnet", "regnet", "mobilenet_v2"],
+    [resnet, regnet, lambda: mobilenet_v2(tf_padding=False), mobilenet_v2, efficientnet],
+    ids=["resnet", "regnet", "mobilenet_v2", "mobilenet_v2_tf", "efficientnet"],
 )
 def test_dilate_hf_atrous_identity(build: Callable[[], nn.Module], output_stride: int) -> None:
     model = build()
@@ -269,14 +269,51 @@ def test_dilate_hf_atrous_identity(build: Callable[[], nn.Module], output_stride
         torch.testing.assert_close(sub, ref, rtol=1e-4, atol=1e-4 * float(ref.abs().max()))
 
 
+def test_dilate_pads_in_code_are_rederived_for_the_lattice() -> None:
+    # MobileNetV2's apply_tf_padding reads the conv's stride and dilation: once the conv is
+    # re-strided, HF's own pad would be wrong; the pad call is re-derived for the lattice
+    model = mobilenet_v2()
+    new, report = dilate(model, 8)
+    rewired = [c for c in report.changes if "pads the lattice" in c.detail]
+    assert any("TF 'same'" in c.detail for c in rewired)
+    layer = new.get_submodule(rewired[0].path)
+    cls = transformers.models.mobilenet_v2.modeling_mobilenet_v2.MobileNetV2ConvLayer
+    assert isinstance(layer, cls) and type(layer).__name__ == cls.__name__
+    # EfficientNet's static ZeroPad2d before a stride-2 block past the output stride: f x pads
+    new, report = dilate(efficientnet(), 8)
+    pads = [c for c in report.changes if c.path.endswith("depthwise_conv_pad")]
+    assert pads and all("static" in c.detail for c in pads)
+
+
+class _Reflect(nn.Module):
+    def __init__(self, how: str) -> None:
+        super().__init__()
+        self.how = how
+        self.conv = nn.Conv2d(4, 4, 3)
+        self.other = nn.Conv2d(4, 4, 3)
+
+    def forward(self, x: Tensor) -> Tensor:
+        if self.how == "reflect":
+            return self.conv(F.pad(x, [1, 1, 1, 1], mode="reflect"))
+        p = F.pad(x, [1, 1, 1, 1])
+        return self.conv(p) + self.other(p)
+
+
+class _CodePadded(nn.Sequential):
+    def __init__(self, how: str) -> None:
+        super().__init__(
+            *[nn.Conv2d(3 if i == 0 else 4, 4, 3, 2, 1) for i in range(5)], _Reflect(how)
+        )
+
+
 @pytest.mark.parametrize(
     "build, path, reason",
     [
         (lambda: bit(), "BitGroupNormActivation", "statistics of the whole map"),
-        (lambda: mobilenet_v2(), "MobileNetV2ConvLayer", "a pad written in code"),
-        (efficientnet, "EfficientNetDepthwiseConv2d", "padded in code"),
+        (lambda: _CodePadded("reflect"), "_Reflect", "mode 'reflect'.*dense map's edge"),
+        (lambda: _CodePadded("twice"), "_Reflect", "not read by exactly one conv"),
     ],
-    ids=["bit", "mobilenet_v2_tf", "efficientnet"],
+    ids=["bit", "reflect_pad", "pad_read_twice"],
 )
 def test_dilate_hf_refusals_name_module_class_and_reason(
     build: Callable[[], nn.Module], path: str, reason: str

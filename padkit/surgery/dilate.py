@@ -30,7 +30,17 @@ from ._common import (
     _paths_by_id,
     _replace,
 )
-from ._probe import NOT_HANDLED, module_op, owns, rewired
+from ._probe import (
+    NOT_HANDLED,
+    PadCall,
+    Pairs,
+    base_name,
+    lattice_pairs,
+    module_op,
+    owns,
+    pad_rule,
+    rewired,
+)
 from ._trace import (
     PROBE,
     REDUCTIONS,
@@ -309,6 +319,11 @@ class _Dilation:
         self.dense_reads: list[str] = []
         self.strides_out: dict[str, int] = {}
         self.calls_of: dict[tuple[str, int], int] = {}
+        self.events: list[Event] = []
+        self.pads: list[int] = []
+        self.pad_edits: dict[str, dict[tuple[str, int], Any]] = {}
+        self.pad_notes: dict[str, list[str]] = {}
+        self.calls: dict[str, int] = {}
 
     def module(self, path: str) -> nn.Module:
         return self.root.get_submodule(path)
@@ -325,16 +340,121 @@ class _Dilation:
         return SurgeryError(f"dilate(): cannot handle {path or '<root>'!r} ({name}): {why}{hint}")
 
     def run(self, events: list[Event]) -> None:
-        for event in events:
+        self.events = events
+        for i, event in enumerate(events):
             if event.kind == "module":
                 self.on_module(event)
+            elif "pad" in event.info:
+                self.pads.append(i)
             else:
                 self.on_function(event)
+        for i in self.pads:
+            self.code_pad(i)
+        for path, table in self.pad_edits.items():
+            base = self.plans[path][0] if path in self.plans else self.module(path)
+            new = rewired(base, _dispatch(table), "; ".join(self.pad_notes[path]))
+            change = self.plans[path][1] if path in self.plans else None
+            if change is None:
+                change = Change(
+                    path,
+                    type(base).__name__,
+                    f"{type(base).__name__} (own forward; its pads are the lattice's)",
+                    ("padding",),
+                    False,
+                    "; ".join(self.pad_notes[path]),
+                )
+            self.plans[path] = (new, change)
+
+    def code_pad(self, i: int) -> None:
+        """A pad written in code (a pad module, ``F.pad`` with amounts from the input size,
+        attributes or buffers) before a conv or pool that dilate changes: re-derived for the
+        lattice. Its rule (static, or TF 'same' for the reader's kernel, stride and
+        dilation) comes from running its module alone at many sizes, as convert does; on the
+        lattice of factor ``f`` the pads are ``f`` times the original's at size
+        ``ceil(n / f)``, and the pad call in the module's own code computes them."""
+        event = self.events[i]
+        ins = _Tensors(event.ins[0], event.ins[1], self.os)
+        where = f"its forward pads in code ({event.name}())"
+        readers = [
+            e
+            for e in self.events
+            if e.info.get("src") == i
+            and (
+                (e.kind == "function" and "op" in e.info)
+                or (e.kind == "module" and _layer(self.module(e.path)) is not None)
+            )
+        ]
+        reader = readers[0] if len(readers) == 1 else None
+        op = None
+        if reader is not None:
+            op = (
+                reader.info["op"] if reader.kind == "function" else _layer(self.module(reader.path))
+            )
+        changed = ins.dilated()
+        if op is not None and ins.strides:
+            st = ins.strides[0]
+            dims = range(len(ins.shapes[0]) - op.nd, len(ins.shapes[0]))
+            changed = changed or any(
+                s > 1 and (a := st.get(d)) is not None and a * s > self.os
+                for d, s in zip(dims, op.stride)
+            )
+        if not changed:
+            return
+        if reader is None or op is None or event.info.get("uses", 0) != 1:
+            raise self.refuse(
+                event.path,
+                f"{where} on a map past the output stride, and its output is not read by "
+                "exactly one conv or pool, whose padding dilate could re-derive it for",
+            )
+        pad: PadCall = event.info["pad"]
+        if pad.mode != "constant":
+            raise self.refuse(
+                event.path,
+                f"{where} in mode {pad.mode!r} past the output stride: it pads from the "
+                "dense map's edge, not the lattice's",
+            )
+        if self.calls.get(event.path, 0) != 1:
+            raise self.refuse(
+                event.path,
+                f"{where}, and it is called {self.calls.get(event.path, 0)} times per forward; "
+                "pads in code are re-derived in modules called once",
+            )
+        from .convert import _CodePads
+
+        finder = _CodePads(self.root, SurgeryReport("dilate"))
+        finder.events = self.events
+        finder.modules = dict(self.root.named_modules())
+        sampled = finder.sample(event, i, op)
+        if isinstance(sampled, str):
+            raise self.refuse(event.path, f"{where} past the output stride: {sampled}")
+        samples, _, ordinal = sampled
+        rules = [pad_rule(samples, op, axis) for axis in range(op.nd)]
+        if any(r is None for r in rules):
+            raise self.refuse(
+                event.path,
+                f"{where} past the output stride, with amounts that follow no rule padkit "
+                f"knows (neither static nor TF 'same' for {reader.path!r}: "
+                f"{[(n, p) for n, p in samples[:4]]}...)",
+            )
+        shape = ins.shapes[0]
+        spatial = range(len(shape) - op.nd, len(shape))
+        factor = tuple(int(ins.factors[0].get(d, 1)) for d in spatial)
+        rules_ = [r for r in rules if r is not None]
+        if reader.path not in self.plans and all(r == (0, 0) for r in rules_):
+            return  # no pads, before a layer that keeps its attributes: nothing to re-derive
+        name = base_name(event.name)
+        self.pad_edits.setdefault(event.path, {})[(name, ordinal)] = _lattice_pad(
+            op, tuple(rules_), factor, pad
+        )
+        self.pad_notes.setdefault(event.path, []).append(
+            f"its {name}() #{ordinal} pads the lattice {factor} ({_rules_text(rules_)})"
+        )
 
     # --------------------------------------------------------------------- modules
 
     def on_module(self, event: Event) -> None:
         module = self.module(event.path)
+        self.calls[event.path] = self.calls.get(event.path, 0) + 1
         ins = _Tensors(event.ins[0], event.ins[1], self.os)
         outs = _Tensors(event.outs[0], event.outs[1], self.os)
         if outs.strides and outs.strides[0]:
@@ -643,13 +763,6 @@ class _Dilation:
                         "spatial axes in code reads positions off the lattice",
                     )
             return
-        if "pad" in info:
-            raise self.refuse(
-                event.path,
-                f"{where}: a pad written in code past the output stride, which dilate does "
-                "not re-derive for the lattice (only the padding of conv and pool layers is "
-                "rescaled)",
-            )
         raise self.refuse(
             event.path,
             f"{where}; only conv and pool modules are re-strided and dilated, and this "
@@ -689,11 +802,6 @@ class _Dilation:
                 f"other than its own attributes ({_brief(module)} vs {op.kind} k={op.kernel} "
                 f"s={op.stride} d={op.dilation} pads={op.static_pairs()}); only conv and pool "
                 "modules are re-strided, by the attributes their own call uses",
-            )
-        if "src" in event.info:
-            raise self.refuse(
-                event.path,
-                f"its {event.name}() input is padded in code past the output stride",
             )
         self.layer(event.path, module, op, ins, outs, owned=True)
 
@@ -776,6 +884,37 @@ class _Dilation:
             f"reads the a-trous lattice before: {ops}",
         )
         return traced, change
+
+
+def _rules_text(rules: Sequence[str | tuple[int, int]]) -> str:
+    if all(isinstance(r, tuple) for r in rules):
+        return f"static {tuple(rules)}"
+    return "TF " + "/".join(sorted({repr(r) for r in rules if isinstance(r, str)}))
+
+
+def _lattice_pad(
+    op: _Layer, rules: tuple[str | tuple[int, int], ...], factor: tuple[int, ...], pad: PadCall
+) -> Any:
+    """A replacement for a pad call in code: the pads of ``rules`` (for ``op``) on the
+    lattice of ``factor``, from the size of the call's own input."""
+    nd = op.nd
+
+    def edit(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        x = args[0] if args else kwargs["input"]
+        sizes = tuple(x.shape[-nd:])
+        pairs: Pairs = tuple(lattice_pairs(rules[a], op, a, sizes[a], factor[a]) for a in range(nd))
+        flat = [p for lo_hi in reversed(pairs) for p in lo_hi]
+        return torch.nn.functional.pad(x, flat, "constant", pad.value)
+
+    return edit
+
+
+def _dispatch(table: dict[tuple[str, int], Any]) -> Any:
+    def handler(name: str, i: int, func: Any, args: Any, kwargs: Any) -> Any:
+        edit = table.get((name, i))
+        return NOT_HANDLED if edit is None else edit(func, args, kwargs)
+
+    return handler
 
 
 class _ModuleInit(nn.Module):
