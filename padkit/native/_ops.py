@@ -479,29 +479,17 @@ def conv_is_fast(
 ) -> bool:
     """oneDNN runs this conv (and, when ``training``, both backward passes) on an optimised
     kernel; some pads / group counts get only its reference loops, many times slower."""
-    if x.dim() == 3:
-        return conv_is_fast(
-            x.unsqueeze(2),
-            w.unsqueeze(2),
-            b,
-            (1, *s),
-            (1, *d),
-            ((0, 0), *pads),
-            groups,
-            transposed=transposed,
-            training=training,
-        )
     kind = 1 if transposed else 0
     key = _call_key(kind, x, w, b is not None, s, d, pads, groups, training)
     ok = _fast_conv.get(key)
     if ok is None:
-        cl = is_channels_last(x)
-        shape = conv_out_shape(kind, x, w, s, d, pads, groups)
-        p = _conv_params(
-            kind, x, w, b is not None, shape, s, d, pads, groups, training, cl, (0, 0, 0)
-        )
-        p[1] = 0
-        ok = _has_fast_kernels(p, len(p) - 3, (0, 1, 2) if training else (0,))
+        try:
+            impls = conv_impls(
+                x, w, b, s, d, pads, groups, transposed=transposed, training=training
+            )
+            ok = not any(name.startswith("ref") for name in impls)
+        except NativeError:
+            ok = False
         if len(_fast_conv) > 4096:
             _fast_conv.clear()
         _fast_conv[key] = ok
