@@ -237,6 +237,12 @@ def regnet() -> nn.Module:
     return _randomise(transformers.RegNetModel(config))
 
 
+def convnext() -> nn.Module:
+    torch.manual_seed(0)
+    config = transformers.ConvNextConfig(hidden_sizes=[8, 16, 16, 32], depths=[1, 1, 1, 1])
+    return transformers.ConvNextModel(config).eval()
+
+
 class _Last(nn.Module):
     """An HF model's last feature map (the a-trous identity's output)."""
 
@@ -252,8 +258,8 @@ class _Last(nn.Module):
 @pytest.mark.parametrize("output_stride", [16, 8])
 @pytest.mark.parametrize(
     "build",
-    [resnet, regnet, lambda: mobilenet_v2(tf_padding=False), mobilenet_v2, efficientnet],
-    ids=["resnet", "regnet", "mobilenet_v2", "mobilenet_v2_tf", "efficientnet"],
+    [resnet, regnet, lambda: mobilenet_v2(tf_padding=False), mobilenet_v2, efficientnet, convnext],
+    ids=["resnet", "regnet", "mobilenet_v2", "mobilenet_v2_tf", "efficientnet", "convnext"],
 )
 def test_dilate_hf_atrous_identity(build: Callable[[], nn.Module], output_stride: int) -> None:
     model = build()
@@ -265,8 +271,21 @@ def test_dilate_hf_atrous_identity(build: Callable[[], nn.Module], output_stride
         x = torch.randn(1, 3, h, w)
         ref, out = _last(model, x), _last(new, x)
         sub = out[..., ::r, ::r]
-        assert sub.shape == ref.shape
+        assert sub.shape == ref.shape and out.shape[-2:] != ref.shape[-2:]
         torch.testing.assert_close(sub, ref, rtol=1e-4, atol=1e-4 * float(ref.abs().max()))
+        with torch.no_grad():  # the pooled output reads the lattice
+            pooled, pooled_ref = new(x).pooler_output, model(x).pooler_output
+        torch.testing.assert_close(pooled, pooled_ref, rtol=1e-4, atol=1e-5)
+
+
+def test_dilate_convnext_root_pools_the_lattice_without_fx() -> None:
+    # fx cannot trace ConvNextModel (its forward iterates a Proxy); its own mean over H, W
+    # runs on the lattice in a copy of its class whose own code has that read replaced
+    model = convnext()
+    new, report = dilate(model, 16)
+    assert isinstance(new, type(model)) and type(new).__name__ == type(model).__name__
+    assert report.changes[0].path == "" and "torch.fx cannot trace it" in report.changes[0].detail
+    assert list(new.state_dict()) == list(model.state_dict())
 
 
 def test_dilate_pads_in_code_are_rederived_for_the_lattice() -> None:

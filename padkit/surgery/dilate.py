@@ -828,6 +828,47 @@ class _Dilation:
             done.append((path, *self.retrace(path, module, names, reads)))
         return done
 
+    def rewire_reads(
+        self,
+        path: str,
+        module: nn.Module,
+        names: list[str],
+        reads: dict[int, tuple[tuple[int, int], ...]],
+    ) -> tuple[nn.Module, Change]:
+        """A module whose own forward pools the map and that torch.fx cannot trace (Hugging
+        Face ``ConvNextModel``'s root: a mean over H, W, then a LayerNorm): a copy of it,
+        of its class, whose own code runs with those reads taking the lattice first. Each
+        read is found by its function's name and its place among that name's calls in the
+        module's own code, as the traced forward recorded them."""
+        table: dict[tuple[str, int], tuple[tuple[int, int], ...]] = {}
+        for i, spec in reads.items():
+            name = names[i]
+            table[(name, names[:i].count(name))] = spec
+
+        def handler(call: str, k: int, func: Any, args: Any, kwargs: Any) -> Any:
+            spec = table.get((_base(call), k))
+            if spec is None:
+                return NOT_HANDLED
+            if args:
+                return func(_lattice(args[0], spec), *args[1:], **kwargs)
+            kwargs = dict(kwargs)
+            kwargs["input"] = _lattice(kwargs["input"], spec)
+            return func(**kwargs)
+
+        ops = ", ".join(f"{names[i]}{tuple(f for _, f in spec)}" for i, spec in reads.items())
+        new = rewired(module, handler, f"reads the lattice: {ops}")
+        name = type(module).__name__
+        change = Change(
+            path,
+            f"{name} (pools the whole map in its forward)",
+            f"{name} (its own code pools the lattice)",
+            ("global pool",),
+            False,
+            f"reads the a-trous lattice before: {ops} (torch.fx cannot trace it: a copy whose "
+            "own code runs with those reads replaced)",
+        )
+        return new, change
+
     def retrace(
         self,
         path: str,
@@ -844,10 +885,8 @@ class _Dilation:
         why = "its own forward pools the map in code, and "
         try:
             graph = Own().trace(module)
-        except Exception as exc:
-            raise self.refuse(
-                path, f"{why}torch.fx cannot trace it ({type(exc).__name__}: {exc})"
-            ) from exc
+        except Exception:
+            return self.rewire_reads(path, module, names, reads)
         nodes = [
             n
             for n in graph.nodes
@@ -1076,9 +1115,10 @@ def dilate(
 
     Squeeze-excitation gates of timm (SE/ESE/ECA) become :class:`LatticeGate` modules; a
     module whose own code pools the map becomes a ``torch.fx`` copy that subsamples before
-    the pool. ``gates="dense"`` keeps every global read on the dense map instead, as timm's
-    own ``output_stride`` does (not exact). No weight is touched and the ``state_dict`` keys
-    and shapes stay the same.
+    the pool (where fx cannot trace it, a copy of its class whose own code runs with that
+    pool reading the lattice). ``gates="dense"`` keeps every global read on the dense map
+    instead, as timm's own ``output_stride`` does (not exact). No weight is touched and the
+    ``state_dict`` keys and shapes stay the same.
 
     Args:
         model: a CNN built of torch (or padkit) conv and pool modules.
