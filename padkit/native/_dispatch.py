@@ -48,10 +48,6 @@ def _plain(*ts: Tensor | None) -> bool:
     return True
 
 
-def _training(*ts: Tensor | None) -> bool:
-    return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in ts)
-
-
 def _traced() -> bool:
     if torch._C._get_tracing_state() is not None:  # torch.jit.trace
         return True
@@ -128,16 +124,23 @@ class Hook:
         groups: int,
         training: bool,
         torch_run: ConvRun | None,
+        transposed: bool,
     ) -> bool:
         """Whether this conv call runs on oneDNN (remembered per call signature)."""
-        if not _ops.conv_is_fast(x, w, b, s, d, pads, groups, training=training):
+        if transposed and not _policy.conv_transpose(x, w, groups, pads):
+            return False  # symmetric crops: torch's own op
+        if not _ops.conv_is_fast(
+            x, w, b, s, d, pads, groups, transposed=transposed, training=training
+        ):
             return False  # oneDNN has only its reference loops for a pass
         if not self.tuner.measure or torch_run is None:
-            return _policy.conv(strategy, x, w, groups, pads, d, training)
-        key = _conv_key("conv", x, w, s, d, pads, groups, training)
+            return transposed or _policy.conv(strategy, x, w, groups, pads, d, training)
+        key = _conv_key(
+            "conv_transpose" if transposed else "conv", x, w, s, d, pads, groups, training
+        )
 
         def native(x: Tensor, w: Tensor, b: Tensor | None) -> Tensor:
-            return _ops.conv(x, w, b, s, d, pads, groups)
+            return _ops.conv(x, w, b, s, d, pads, groups, transposed=transposed)
 
         return self._measured(key, (x, w, b), torch_run, native, training)
 
@@ -153,6 +156,37 @@ class Hook:
         groups: int,
         torch_run: ConvRun | None = None,
     ) -> Tensor | None:
+        return self._conv_call(strategy, x, w, b, s, d, pads, groups, torch_run, False)
+
+    def conv_transpose(
+        self,
+        x: Tensor,
+        w: Tensor,
+        b: Tensor | None,
+        s: Sequence[int],
+        d: Sequence[int],
+        crops: Pairs,
+        groups: int,
+        torch_run: ConvRun | None = None,
+    ) -> Tensor | None:
+        """``crops``: what to remove from the full output per side (>= 0)."""
+        if any(lo < 0 or hi < 0 for lo, hi in crops):
+            return None
+        return self._conv_call("crop", x, w, b, s, d, crops, groups, torch_run, True)
+
+    def _conv_call(
+        self,
+        strategy: str,
+        x: Tensor,
+        w: Tensor,
+        b: Tensor | None,
+        s: Sequence[int],
+        d: Sequence[int],
+        pads: Pairs,
+        groups: int,
+        torch_run: ConvRun | None,
+        transposed: bool,
+    ) -> Tensor | None:
         # tracing first: dynamo must not see the checks on the tensors below
         if _traced() or x.layout != torch.strided or x.is_nested:
             return None
@@ -165,6 +199,7 @@ class Hook:
             )
             # everything the decision depends on, cheap to read: a hit costs one lookup
             memo = (
+                transposed,
                 strategy,
                 type(x),
                 type(w),
@@ -190,7 +225,7 @@ class Hook:
             use = self._decided.get(memo)
             if use is None:
                 use = self._go(x, w, b) and self._conv_choice(
-                    strategy, x, w, b, s, d, pads, groups, training, torch_run
+                    strategy, x, w, b, s, d, pads, groups, training, torch_run, transposed
                 )
                 if len(self._decided) > 4096:
                     self._decided.clear()
@@ -198,43 +233,9 @@ class Hook:
             if not use:
                 return None
         try:
-            return _ops.conv(x, w, b, s, d, pads, groups)
+            return _ops.conv(x, w, b, s, d, pads, groups, transposed=transposed)
         except _ops.NativeError as err:
-            self.fallbacks[f"conv: {err}"] += 1
-            return None
-
-    def conv_transpose(
-        self,
-        x: Tensor,
-        w: Tensor,
-        b: Tensor | None,
-        s: Sequence[int],
-        d: Sequence[int],
-        crops: Pairs,
-        groups: int,
-        torch_run: ConvRun | None = None,
-    ) -> Tensor | None:
-        """``crops``: what to remove from the full output per side (>= 0)."""
-        if any(lo < 0 or hi < 0 for lo, hi in crops) or not self._go(x, w, b):
-            return None
-        if not self.force:
-            training = _training(x, w, b)
-            if not _policy.conv_transpose(x, w, groups, crops) or not _ops.conv_is_fast(
-                x, w, b, s, d, crops, groups, transposed=True, training=training
-            ):
-                return None
-            if self.tuner.measure and torch_run is not None:
-                key = _conv_key("conv_transpose", x, w, s, d, crops, groups, training)
-
-                def native(x: Tensor, w: Tensor, b: Tensor | None) -> Tensor:
-                    return _ops.conv(x, w, b, s, d, crops, groups, transposed=True)
-
-                if not self._measured(key, (x, w, b), torch_run, native, training):
-                    return None
-        try:
-            return _ops.conv(x, w, b, s, d, crops, groups, transposed=True)
-        except _ops.NativeError as err:
-            self.fallbacks[f"conv_transpose: {err}"] += 1
+            self.fallbacks[f"{'conv_transpose' if transposed else 'conv'}: {err}"] += 1
             return None
 
     def pool(
