@@ -308,3 +308,18 @@ def test_mimi_encoder_at_its_default_sizes_converts_and_streams() -> None:
         for sizes in ([hop, hop], [7] * (2 * hop // 7) + [2 * hop % 7], [1] * hop + [hop]):
             diff = float((stream(sm, x, sizes) - full).abs().max())
             assert diff <= 1e-5 * scale, (sizes[:2], diff, scale)
+
+
+def test_converted_codec_pickles_like_the_original() -> None:
+    """The converted wrappers are subclasses made at run time; a pickle (torch.save of the
+    whole module, multiprocessing) restores them, still instances of the HF classes."""
+    import pickle
+
+    m = mimi()
+    x = torch.randn(2, 1, 8 * HOP)
+    new, _ = convert_causal(m.encoder.encoder_seanet, x[:1])
+    back = pickle.loads(pickle.dumps(new))
+    assert type(back.layers[0]) is type(new.layers[0])
+    assert isinstance(back.layers[0], type(m.encoder.encoder_seanet.layers[0]))
+    with torch.no_grad():
+        torch.testing.assert_close(back(x), m.encoder.encoder_seanet(x), rtol=1e-4, atol=1e-5)
