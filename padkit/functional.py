@@ -156,48 +156,13 @@ def resolve(
 ) -> Pairs:
     """Resolve ``spec`` for an input of spatial size ``n`` (cached per shape)."""
     if _compiling():
-        if spec.needs_input_size(s):
-            return _resolve_traced(spec, k, s, d, tuple(n))
-        return spec.resolve_checked(k, s, d, None)
+        return spec.resolve_checked(k, s, d, tuple(n) if spec.needs_input_size(s) else None)
     if spec.needs_input_size(s):
         sizes = tuple(n)
         if all(isinstance(v, int) for v in sizes):
             return _resolve_cached(spec, k, s, d, sizes)
         return spec.resolve(k, s, d, sizes)
     return _resolve_cached(spec, k, s, d, None)
-
-
-#: representative sizes of each parity, for pads that depend on a size only through it
-_EVEN, _ODD = 1 << 20, (1 << 20) + 1
-
-
-def _resolve_traced(
-    spec: Padding, k: tuple[int, ...], s: tuple[int, ...], d: tuple[int, ...], n: tuple[int, ...]
-) -> Pairs:
-    """Size-dependent pads while tracing. TF/ONNX ``same`` pads depend on the input size
-    only through its remainder modulo the stride (the total is ``max(k_eff - s + (-n mod s),
-    0)`` at every size): at stride 2 each pad is a static int plus, where the two parities
-    differ, ``n % 2``. A symbolic size then reaches the compiler as that one remainder,
-    not as the floor divisions of the rule, which inductor's index simplification is slow
-    on. Other rules and strides resolve as written."""
-    pairs = list(spec.resolve_checked(k, s, d, n))
-    axes = spec.expand(len(k)).axes
-    if not any(rule in ("same", "same_lower") and ss == 2 for rule, ss in zip(axes, s)):
-        return tuple(pairs)
-    even = spec.resolve_checked(k, s, d, (_EVEN,) * len(k))
-    odd = spec.resolve_checked(k, s, d, (_ODD,) * len(k))
-    for i, (rule, ss, nn) in enumerate(zip(axes, s, n)):
-        if rule not in ("same", "same_lower") or ss != 2:
-            continue
-        if statically_known_true(nn % 2 == 0) or statically_known_true(nn % 2 == 1):
-            continue  # a static size: its pads as resolved
-        (e_lo, e_hi), (o_lo, o_hi) = even[i], odd[i]
-        r = nn % 2
-        pairs[i] = (
-            e_lo if e_lo == o_lo else e_lo + (o_lo - e_lo) * r,
-            e_hi if e_hi == o_hi else e_hi + (o_hi - e_hi) * r,
-        )
-    return tuple(pairs)
 
 
 def _compiling() -> bool:
