@@ -604,3 +604,23 @@ def test_a_call_that_changes_nothing_warns_and_says_why() -> None:
     assert "nothing changed" in report.notes[0]
     with pytest.warns(UserWarning, match=r"nothing changed: no layer pads on every forward$"):
         convert(nn.Sequential(nn.Conv2d(3, 3, 3, padding=1)))
+
+
+class _OwnConv(nn.Conv2d):
+    """A model's own conv class that keeps torch's forward (module level: picklable)."""
+
+
+def test_a_kept_class_replacement_pickles() -> None:
+    """A padkit layer that stays an instance of a model's own conv class (a class made at
+    run time) pickles and unpickles to the same class and numbers."""
+    import pickle
+
+    from padkit.surgery._common import _keep_class
+
+    old = _OwnConv(3, 4, 3, stride=2)
+    new = _keep_class(PN.Conv2d(3, 4, 3, stride=2, padding="same"), old)
+    assert isinstance(new, _OwnConv) and isinstance(new, PN.Conv2d)
+    back = pickle.loads(pickle.dumps(new))
+    assert type(back) is type(new)
+    x = torch.randn(1, 3, 9, 8)
+    torch.testing.assert_close(back(x), new(x), rtol=0, atol=0)

@@ -240,6 +240,43 @@ def _build(layer: _Layer, old: nn.Module) -> nn.Module:
 _KEPT: dict[tuple[type, type], type] = {}
 
 
+def _kept_class(padkit_cls: type, orig: type) -> type | None:
+    """The class named like ``orig`` deriving from ``padkit_cls`` then ``orig`` (cached);
+    None where Python cannot combine them."""
+    key = (padkit_cls, orig)
+    cls = _KEPT.get(key)
+    if cls is None:
+
+        def reduce_ex(self: Any, protocol: Any) -> Any:
+            # made at run time: pickles name the two classes it combines
+            return _rebuild_kept, (padkit_cls, orig, self.__dict__.copy())
+
+        try:
+            cls = type(
+                orig.__name__,
+                (padkit_cls, orig),
+                {
+                    "__module__": orig.__module__,
+                    "__doc__": orig.__doc__,
+                    "__reduce_ex__": reduce_ex,
+                    "_padkit_kind": _PADKIT[padkit_cls],
+                    "_padkit_orig": orig,
+                },
+            )
+        except TypeError:
+            return None
+        _KEPT[key] = cls
+    return cls
+
+
+def _rebuild_kept(padkit_cls: type, orig: type, state: dict[str, Any]) -> Any:
+    """Unpickle a module of :func:`_kept_class` ``(padkit_cls, orig)``."""
+    cls: Any = _kept_class(padkit_cls, orig)
+    obj = cls.__new__(cls)
+    obj.__setstate__(state)
+    return obj
+
+
 def _keep_class(new: nn.Module, old: nn.Module) -> nn.Module:
     """``new`` (a padkit layer) made an instance of ``old``'s class too when ``old`` is a
     model's own subclass of a torch layer that keeps torch's forward (not timm's
@@ -256,23 +293,9 @@ def _keep_class(new: nn.Module, old: nn.Module) -> nn.Module:
         getattr(c, "forward", None) for c in _TORCH
     }:
         return new  # a forward of its own: a padkit forward would drop what it does
-    key = (type(new), orig)
-    cls = _KEPT.get(key)
-    if cls is None:
-        try:
-            cls = type(
-                orig.__name__,
-                (type(new), orig),
-                {
-                    "__module__": orig.__module__,
-                    "__doc__": orig.__doc__,
-                    "_padkit_kind": _PADKIT[type(new)],
-                    "_padkit_orig": orig,
-                },
-            )
-        except TypeError:  # pragma: no cover - a metaclass or layout conflict
-            return new
-        _KEPT[key] = cls
+    cls = _kept_class(type(new), orig)
+    if cls is None:  # pragma: no cover - a metaclass or layout conflict
+        return new
     for name, value in old.__dict__.items():
         if name not in new.__dict__ and not name.startswith("_"):
             new.__dict__[name] = value
