@@ -152,6 +152,36 @@ def test_convert_mobilenet_tf_padding_in_code(build: Callable[[], nn.Module]) ->
     owner = type(model.get_submodule(report.paths[0]))
     assert isinstance(new.get_submodule(report.paths[0]), owner)
     assert type(new.get_submodule(report.paths[0])).__name__ == owner.__name__
+    # the rewired layers skip HF's pad helper in a plain copy of their forward (no dispatch
+    # mode per call): checked equal to the rewired copy when it was made
+    assert "apply_tf_padding() skipped" in repr(new.get_submodule(report.paths[0]))
+
+
+def _pad_and_conv(x: Tensor, conv: nn.Module) -> Tensor:
+    return conv(F.pad(x, [1, 1, 1, 1]))
+
+
+class _HelperDoesMore(nn.Module):
+    """A helper that pads and convolves: skipping it would drop the conv."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3, stride=2)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return _pad_and_conv(x, self.conv).relu()
+
+
+def test_convert_keeps_the_dispatching_copy_when_no_helper_is_only_the_pad() -> None:
+    model = _HelperDoesMore().eval()
+    new, report = convert(model)
+    assert "conv" in report.paths
+    assert "skipped)" not in repr(new)  # the rewired copy: _pad_and_conv runs, its pad skipped
+    assert new.conv.resolved_padding() == ((1, 1), (1, 1))
+    for n in (17, 18):
+        x = torch.randn(1, 3, n, n + 1)
+        torch.testing.assert_close(new(x), model(x))
+    assert _pad_calls(new, torch.randn(1, 3, 17, 17)) == 0
 
 
 def test_convert_bit_dynamic_same() -> None:

@@ -19,6 +19,8 @@ Functions:
 - :func:`own_calls`: the torch functions a module's own code calls (not its children's).
 - :func:`rewired`: a copy of a module, an instance of its class under the same class name,
   whose own code runs with chosen calls replaced.
+- :func:`rewired_fast`: the same without the per-call dispatch mode where a copy of its
+  ``forward`` with one helper skipped computes the same numbers.
 
 Nothing here matches model classes; every fact comes from a call's arguments or from
 running the module.
@@ -28,6 +30,7 @@ from __future__ import annotations
 
 import copy
 import math
+import types
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -306,6 +309,132 @@ def rewired(module: nn.Module, handler: Handler, note: str) -> nn.Module:
 
 
 _REWIRED: dict[type, type] = {}
+
+
+def rewired_fast(
+    module: nn.Module, handler: Handler, note: str, examples: Sequence[Tensor]
+) -> nn.Module:
+    """:func:`rewired`, without its per-call cost where a plain rewrite computes the same.
+
+    The rewired copy runs its module's own code under a dispatch mode and module hooks on
+    every call. Model code often makes the calls a handler replaces inside a helper of its
+    own file (Hugging Face MobileNet's ``apply_tf_padding``, which only pads). So each
+    helper function that ``forward`` looks up by a global name is tried in turn as the
+    identity (its first argument returned): a copy of ``forward`` whose globals map that
+    name to the identity. The first candidate whose outputs equal the rewired copy's on
+    every one of ``examples`` (random inputs of several sizes, compared exactly) and that
+    makes fewer of the handled calls is the copy's forward; otherwise the rewired copy is
+    returned. Either is an instance of ``module``'s class under the same class name.
+    """
+    slow = rewired(module, handler, note)
+    cls = type(module)
+    base = getattr(cls, "_padkit_base", cls)
+    forward = getattr(base.forward, "__func__", base.forward)
+    code = getattr(forward, "__code__", None)
+    if code is None or not examples:
+        return slow
+    owner = getattr(forward, "__module__", None)
+    names = [
+        n
+        for n in code.co_names
+        if isinstance(g := forward.__globals__.get(n), types.FunctionType) and g.__module__ == owner
+    ]
+    modes = {m: m.training for m in module.modules()}
+    try:
+        for m in modes:
+            m.training = False
+        found = _try_fast(module, slow, base, forward, names, handler, note, examples)
+    finally:
+        for m, mode in modes.items():
+            m.training = mode
+    if found is None:
+        return slow
+    found.training = module.training
+    return found
+
+
+def _try_fast(
+    module: nn.Module,
+    slow: nn.Module,
+    base: type,
+    forward: Any,
+    names: list[str],
+    handler: Handler,
+    note: str,
+    examples: Sequence[Tensor],
+) -> nn.Module | None:
+    """The first fast candidate of :func:`rewired_fast` that passes its checks, or None.
+    Runs in eval mode (no running statistics are updated)."""
+    slow.training = False
+    code = forward.__code__
+    try:
+        with torch.no_grad():
+            refs = [slow(x) for x in examples]
+    except Exception:
+        return None
+    for name in names:
+        new_cls = _FAST_CLASSES.get((base, name))
+        if new_cls is None:
+            scope = dict(forward.__globals__)
+            scope[name] = _first_argument
+            fast_forward = types.FunctionType(
+                code, scope, forward.__name__, forward.__defaults__, forward.__closure__
+            )
+            fast_forward.__kwdefaults__ = forward.__kwdefaults__
+            new_cls = type(
+                base.__name__,
+                (base,),
+                {
+                    "forward": fast_forward,
+                    "extra_repr": _rewired_repr,
+                    "_padkit_base": base,
+                    "__module__": base.__module__,
+                    "__doc__": base.__doc__,
+                },
+            )
+        new = copy.copy(module)
+        new.__class__ = new_cls
+        new.__dict__["_padkit_handler"] = handler
+        new.__dict__["_padkit_note"] = f"{note} ({name}() skipped)"
+        new.training = False
+        try:
+            with torch.no_grad():
+                outs = [new(x) for x in examples]
+                calls = [own_calls(new, x) for x in examples]
+                before = [own_calls(module, x) for x in examples]
+        except Exception:
+            continue
+        if all(_equal(a, b) for a, b in zip(outs, refs)) and all(
+            len(c) < len(b) for c, b in zip(calls, before)
+        ):
+            _FAST_CLASSES[(base, name)] = new_cls
+            return new
+    return None
+
+
+_FAST_CLASSES: dict[tuple[type, str], type] = {}
+
+
+def _first_argument(*args: Any, **kwargs: Any) -> Any:
+    return args[0] if args else next(iter(kwargs.values()))
+
+
+def _equal(a: Any, b: Any) -> bool:
+    """Whether two outputs (tensors, or nests of them) hold the same numbers and shapes."""
+    ta, tb = list(_flat(a)), list(_flat(b))
+    return len(ta) == len(tb) and all(
+        x.shape == y.shape and bool(torch.equal(x, y)) for x, y in zip(ta, tb)
+    )
+
+
+def _flat(value: Any) -> list[Tensor]:
+    if isinstance(value, Tensor):
+        return [value]
+    if isinstance(value, (list, tuple)):
+        return [t for v in value for t in _flat(v)]
+    if isinstance(value, dict):
+        return [t for v in value.values() for t in _flat(v)]
+    return []
 
 
 def _rewired_forward(self: nn.Module, *args: Any, **kwargs: Any) -> Any:

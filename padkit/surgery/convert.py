@@ -58,6 +58,7 @@ from ._probe import (
     pad_rule,
     passthrough,
     rewired,
+    rewired_fast,
     sample_sizes,
 )
 from ._trace import Event, _tensors, probe_like, record
@@ -1093,13 +1094,32 @@ class _CodePads:
                 return "its module does not run at enough input sizes to tell the rule of its pads"
         return samples, pad_only, name_ordinal
 
+    def _examples(self, path: str, module: nn.Module) -> list[Tensor]:
+        """Random inputs for ``module`` at its traced size and two larger ones (an odd and
+        an even step), to check a fast rewired copy against the rewired one."""
+        event = next((e for e in self.events if e.kind == "module" and e.path == path), None)
+        if event is None or len(event.ins[0]) != 1 or len(event.ins[0][0]) < 3:
+            return []
+        shape = event.ins[0][0]
+        param = next(iter(module.parameters()), None)
+        dtype = param.dtype if param is not None else torch.float32
+        device = param.device if param is not None else None
+        g = torch.Generator().manual_seed(0)
+        return [
+            torch.randn(*shape[:2], *(n + extra for n in shape[2:]), generator=g).to(
+                device=device, dtype=dtype
+            )
+            for extra in (0, 1, 2)
+        ]
+
     def apply(self) -> nn.Module:
         out = self.out
         for path, new in self.swaps.items():
             _replace(out, self.by_id[id(self.modules[path])], new)
         for path, table in self.edits.items():
             module = out.get_submodule(path)
-            new = rewired(module, _dispatch(table), "; ".join(self.notes.get(path, [])))
+            note = "; ".join(self.notes.get(path, []))
+            new = rewired_fast(module, _dispatch(table), note, self._examples(path, module))
             if path == "":
                 out = new
             else:
