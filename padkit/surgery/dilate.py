@@ -822,7 +822,7 @@ class _Dilation:
                 raise self.refuse(
                     path,
                     "its own forward pools the map, so the model itself must be replaced by a "
-                    "traced copy, which inplace=True cannot do",
+                    "copy that reads the lattice, which inplace=True cannot do",
                 )
             module = out.get_submodule(path)
             done.append((path, *self.retrace(path, module, names, reads)))
@@ -1099,7 +1099,10 @@ def dilate(
     sees. Once the stride reaches ``output_stride``, each later stride ``s`` of a conv or pool
     module becomes 1 and multiplies the lattice factor ``f`` of everything after it; every
     later conv and pool gets dilation ``d*f`` and pads ``(f*lo, f*hi)`` (a ceil-mode pool's
-    overhang becomes ``f*(s-1)`` explicit end padding, never counted). Global reads (adaptive
+    overhang becomes ``f*(s-1)`` explicit end padding, never counted). A pad written in code
+    before a conv or pool that changes (a pad module, ``F.pad`` with amounts from the input
+    size such as TF 'same') is re-derived: ``f`` times the original's pads at the original's
+    size ``ceil(n/f)``, computed by its module's own code. Global reads (adaptive
     pools, means in squeeze-excitation gates, a head's pool) then read only the lattice
     ``x[..., ::f, ::f]``. In eval mode every output of the dilated model, subsampled at
     ``[..., ::r, ::r]`` (``r`` = its old / new stride), equals the original's:
