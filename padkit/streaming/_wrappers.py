@@ -82,8 +82,8 @@ def unpadded_class(cls: type[nn.Module]) -> type[nn.Module]:
 
 def _rebuild_unpadded(cls: type[nn.Module], state: dict[str, Any]) -> nn.Module:
     """Unpickle a module of :func:`unpadded_class` ``(cls)``."""
-    sub = unpadded_class(cls)
-    obj = sub.__new__(sub)
+    sub: Any = unpadded_class(cls)
+    obj: nn.Module = sub.__new__(sub)
     obj.__setstate__(state)
     return obj
 
