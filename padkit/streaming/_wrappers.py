@@ -83,9 +83,10 @@ def unpadded_class(cls: type[nn.Module]) -> type[nn.Module]:
 def _rebuild_unpadded(cls: type[nn.Module], state: dict[str, Any]) -> nn.Module:
     """Unpickle a module of :func:`unpadded_class` ``(cls)``."""
     sub: Any = unpadded_class(cls)
-    obj: nn.Module = sub.__new__(sub)
+    obj: Any = sub.__new__(sub)
     obj.__setstate__(state)
-    return obj
+    module: nn.Module = obj
+    return module
 
 
 class WrapperFinding:
