@@ -8,6 +8,7 @@ from the input size, static ``ZeroPad2d`` modules) and, for dilation, the a-trou
 
 from __future__ import annotations
 
+import sys
 import warnings
 from collections.abc import Callable
 from typing import Any
@@ -82,9 +83,21 @@ class _Pads(TorchFunctionMode):
     def __torch_function__(
         self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: Any = None
     ) -> Any:
-        if getattr(func, "__name__", "") == "pad":
+        if getattr(func, "__name__", "") == "pad" and not _called_by_padkit():
             self.count += 1
         return func(*args, **(kwargs or {}))
+
+
+def _called_by_padkit() -> bool:
+    """The first caller outside torch is padkit's own code (a plan's ``F.pad``, which runs
+    or not depending on whether the oneDNN backend takes the op), not the model's."""
+    frame = sys._getframe(2)
+    while frame is not None:
+        name = str(frame.f_globals.get("__name__", ""))
+        if not name.startswith("torch") and name != __name__:
+            return name.startswith("padkit")
+        frame = frame.f_back  # type: ignore[assignment]
+    return False
 
 
 def _pad_calls(model: nn.Module, x: Tensor) -> int:

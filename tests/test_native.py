@@ -55,6 +55,14 @@ def _threads() -> Iterator[None]:
     torch.set_num_threads(before)
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _backend_as_found() -> Iterator[None]:
+    """The tests turn the backend on and off; the modules after them get it as it was."""
+    before = _dispatch.active
+    yield
+    _dispatch.active = before
+
+
 @pytest.fixture(params=["forced", "planner", "off"])
 def backend(request: pytest.FixtureRequest) -> Iterator[str]:
     """The backend forced onto every eligible op, chosen by the planner, or off."""
