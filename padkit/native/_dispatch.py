@@ -187,8 +187,11 @@ class Hook:
         torch_run: ConvRun | None,
         transposed: bool,
     ) -> Tensor | None:
-        # tracing first: dynamo must not see the checks on the tensors below
-        if _traced() or x.layout != torch.strided or x.is_nested:
+        # tracing first: dynamo must not see the checks on the tensors below; then the
+        # types, before any attribute of a tensor subclass (ExpandedWeights, ...) is read
+        if _traced() or type(x) not in _TYPES or type(w) not in _TYPES:
+            return None
+        if (b is not None and type(b) not in _TYPES) or x.layout != torch.strided or x.is_nested:
             return None
         if self.force:
             if not self._go(x, w, b):
@@ -251,7 +254,7 @@ class Hook:
         torch_run: PoolRun | None = None,
     ) -> Tensor | None:
         """``kind``: ``max``, ``avg_include`` or ``avg_exclude``; floor-mode ``outs``."""
-        if _traced() or x.layout != torch.strided or x.is_nested:
+        if _traced() or type(x) not in _TYPES or x.layout != torch.strided or x.is_nested:
             return None
         if self.force:
             if not self._pool_ok(k, s, d, pads, outs, x):
