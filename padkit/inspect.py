@@ -16,6 +16,7 @@ Every number comes from :mod:`padkit.spec` (:meth:`Padding.resolve`,
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import importlib
 import sys
 import warnings
@@ -547,7 +548,60 @@ def _inspect_module(model: Any, input_shape: Sequence[int] | None) -> list[Layer
     traced: dict[str, tuple[tuple[int, ...], tuple[int, ...] | None]] = {}
     if input_shape is not None:
         traced = _trace_sizes(model, [p for p, _, _ in found], input_shape)
-    return [_torch_report(p, m, f, traced.get(p)) for p, m, f in found]
+    folded, folded_traced = _code_pads(model, [p for p, _, _ in found], input_shape)
+    reports = []
+    for p, m, f in found:
+        if p in folded:
+            layer, detail = folded[p]
+            g = _torch_facts(layer)
+            no_pad = g is not None and not g.spec.needs_input_size(g.stride)
+            if no_pad and g is not None:
+                no_pad = not any(map(any, g.spec.resolve(g.kernel, g.stride, g.dilation)))
+            if g is not None and not no_pad:
+                r = _torch_report(p, layer, g, folded_traced.get(p))
+                note = (
+                    f"its input is padded in the model's code ({detail}); the pads shown are "
+                    "what the layer computes with them (padkit.surgery.convert folds them)"
+                )
+                # what runs is the model's own pad and conv: the declared op's count
+                reports.append(
+                    dataclasses.replace(
+                        r,
+                        op=type(m).__name__,
+                        warnings=(note, *r.warnings),
+                        plan=None,
+                        plan_macs=r.macs,
+                    )
+                )
+                continue
+        reports.append(_torch_report(p, m, f, traced.get(p)))
+    return reports
+
+
+def _code_pads(
+    model: Any, paths: Sequence[str], input_shape: Sequence[int] | None
+) -> tuple[dict[str, tuple[Any, str]], dict[str, tuple[tuple[int, ...], tuple[int, ...] | None]]]:
+    """Layers whose input the model pads in its own code (``F.pad`` in a forward, a pad
+    module outside an ``nn.Sequential``, amounts from the input size or a buffer): path ->
+    (the padkit layer computing pad and op together, what the pad is), as found by
+    ``padkit.surgery.convert``; and the sizes those layers see in that form."""
+    from .surgery import convert
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # a model with no code pads: nothing to report
+            new, report = convert(model)
+    except Exception:  # inspection reports what it can; convert raises for its own reasons
+        return {}, {}
+    folded: dict[str, tuple[Any, str]] = {}
+    wanted = set(paths)
+    for change in report.changes:
+        if change.path in wanted and change.detail.startswith("takes the "):
+            folded[change.path] = (new.get_submodule(change.path), change.detail[10:])
+    traced: dict[str, tuple[tuple[int, ...], tuple[int, ...] | None]] = {}
+    if folded and input_shape is not None:
+        traced = _trace_sizes(new, list(folded), input_shape)
+    return folded, traced
 
 
 # ----------------------------------------------------------------------------- ONNX models

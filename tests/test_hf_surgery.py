@@ -382,3 +382,26 @@ def test_dilate_hf_refusals_name_module_class_and_reason(
 ) -> None:
     with pytest.raises(SurgeryError, match=f"{path}.*{reason}"):
         dilate(build(), 8)
+
+
+def test_inspect_reports_pads_written_in_code() -> None:
+    """HF MobileNetV2 (tf_padding=True) pads in code: inspect shows the pads each conv
+    computes with, TF SAME written out here (k3 s2 at 65 -> (1, 1), at 64 -> (0, 1))."""
+    from padkit.inspect import inspect_model
+
+    torch.manual_seed(0)
+    config = transformers.MobileNetV2Config(
+        num_channels=3, image_size=64, depth_multiplier=0.25, tf_padding=True
+    )
+    model = transformers.MobileNetV2Model(config).eval()
+    reports = {r.name: r for r in inspect_model(model, (1, 3, 65, 64))}
+    stem = reports["conv_stem.first_conv.convolution"]
+    assert stem.input_size == (65, 64) and stem.output_size == (33, 32)
+    assert stem.pads == ((1, 1), (0, 1)) and stem.size_dependent
+    assert any("padded in the model's code" in w for w in stem.warnings)
+    assert reports["conv_stem.conv_3x3.convolution"].pads == ((1, 1), (1, 1))
+    assert reports["conv_stem.reduce_1x1.convolution"].pads == ((0, 0), (0, 0))
+    assert not any("code" in w for w in reports["conv_stem.reduce_1x1.convolution"].warnings)
+    # a model with no pads in code reads as before
+    plain = inspect_model(nn.Sequential(nn.Conv2d(3, 4, 3, stride=2, padding=1)), (1, 3, 9, 9))
+    assert plain[0].pads == ((1, 1), (1, 1)) and not plain[0].warnings
