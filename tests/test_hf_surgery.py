@@ -405,3 +405,32 @@ def test_inspect_reports_pads_written_in_code() -> None:
     # a model with no pads in code reads as before
     plain = inspect_model(nn.Sequential(nn.Conv2d(3, 4, 3, stride=2, padding=1)), (1, 3, 9, 9))
     assert plain[0].pads == ((1, 1), (1, 1)) and not plain[0].warnings
+
+
+@pytest.mark.parametrize(
+    ("build", "padding"),
+    [
+        (mobilenet_v2, None),
+        (mobilenet_v1, None),
+        (efficientnet, None),
+        (lambda: bit(global_padding="SAME"), None),
+        (bit, "same"),  # weight-standardised conv subclasses ported with their transform
+    ],
+    ids=["mnv2", "mnv1", "effnet", "bit-same-in-code", "bit-port"],
+)
+def test_converted_model_pickles(build: Callable[[], nn.Module], padding: str | None) -> None:
+    """Passthrough pad modules, forwards with the pad helper skipped and ported conv
+    subclasses are classes made at run time; a pickle of the converted model (torch.save,
+    multiprocessing) restores them, wherever the original model pickles."""
+    import pickle
+
+    model = build()
+    try:
+        pickle.dumps(model)
+    except Exception as err:
+        pytest.skip(f"the Hugging Face model itself does not pickle: {err}")
+    new, _ = convert(model, padding=padding)
+    back = pickle.loads(pickle.dumps(new))
+    assert [type(m).__name__ for m in back.modules()] == [type(m).__name__ for m in new.modules()]
+    x = torch.randn(1, 3, 67, 53)
+    torch.testing.assert_close(_last(back, x), _last(new, x), rtol=0, atol=0)

@@ -283,24 +283,11 @@ def rewired(module: nn.Module, handler: Handler, note: str) -> nn.Module:
     returns a result, or :data:`NOT_HANDLED` to let the call run as written.
 
     The copy is an instance of ``module``'s class under the same class name (tools that
-    find layers by type or name still find it); ``note`` shows in its ``repr``.
+    find layers by type or name still find it); ``note`` shows in its ``repr``. It pickles
+    where ``handler`` does (a module-level callable object rather than a closure).
     """
     cls = type(module)
-    base = getattr(cls, "_padkit_base", cls)
-    new_cls = _REWIRED.get(base)
-    if new_cls is None:
-        new_cls = type(
-            base.__name__,
-            (base,),
-            {
-                "forward": _rewired_forward,
-                "extra_repr": _rewired_repr,
-                "_padkit_base": base,
-                "__module__": base.__module__,
-                "__doc__": base.__doc__,
-            },
-        )
-        _REWIRED[base] = new_cls
+    new_cls = _rewired_class(getattr(cls, "_padkit_base", cls))
     new = copy.copy(module)
     new.__class__ = new_cls
     new.__dict__["_padkit_handler"] = handler
@@ -309,6 +296,40 @@ def rewired(module: nn.Module, handler: Handler, note: str) -> nn.Module:
 
 
 _REWIRED: dict[type, type] = {}
+
+
+def _rewired_class(base: type) -> type:
+    """``base`` whose own code runs under its handler (cached; pickles name ``base``)."""
+    new_cls = _REWIRED.get(base)
+    if new_cls is None:
+        new_cls = type(
+            base.__name__,
+            (base,),
+            {
+                "forward": _rewired_forward,
+                "extra_repr": _rewired_repr,
+                "__reduce_ex__": _reduce_rewired,
+                "_padkit_base": base,
+                "__module__": base.__module__,
+                "__doc__": base.__doc__,
+            },
+        )
+        _REWIRED[base] = new_cls
+    return new_cls
+
+
+def _reduce_rewired(self: nn.Module, protocol: Any) -> Any:
+    cls: Any = type(self)
+    return _rebuild_rewired, (cls._padkit_base, self.__dict__.copy())
+
+
+def _rebuild_rewired(base: type, state: dict[str, Any]) -> nn.Module:
+    """Unpickle a module of :func:`_rewired_class` ``(base)``."""
+    cls: Any = _rewired_class(base)
+    obj: Any = cls.__new__(cls)
+    obj.__setstate__(state)
+    module: nn.Module = obj
+    return module
 
 
 def rewired_fast(
@@ -366,35 +387,15 @@ def _try_fast(
     """The first fast candidate of :func:`rewired_fast` that passes its checks, or None.
     Runs in eval mode (no running statistics are updated)."""
     slow.training = False
-    code = forward.__code__
     try:
         with torch.no_grad():
             refs = [slow(x) for x in examples]
     except Exception:
         return None
     for name in names:
-        new_cls = _FAST_CLASSES.get((base, name))
-        if new_cls is None:
-            scope = dict(forward.__globals__)
-            scope[name] = _first_argument
-            fast_forward = types.FunctionType(
-                code, scope, forward.__name__, forward.__defaults__, forward.__closure__
-            )
-            fast_forward.__kwdefaults__ = forward.__kwdefaults__
-            new_cls = type(
-                base.__name__,
-                (base,),
-                {
-                    "forward": fast_forward,
-                    "extra_repr": _rewired_repr,
-                    "_padkit_base": base,
-                    "__module__": base.__module__,
-                    "__doc__": base.__doc__,
-                },
-            )
+        new_cls = _fast_class(base, name)
         new = copy.copy(module)
         new.__class__ = new_cls
-        new.__dict__["_padkit_handler"] = handler
         new.__dict__["_padkit_note"] = f"{note} ({name}() skipped)"
         new.training = False
         try:
@@ -407,12 +408,54 @@ def _try_fast(
         if all(_equal(a, b) for a, b in zip(outs, refs)) and all(
             len(c) < len(b) for c, b in zip(calls, before)
         ):
-            _FAST_CLASSES[(base, name)] = new_cls
             return new
     return None
 
 
 _FAST_CLASSES: dict[tuple[type, str], type] = {}
+
+
+def _fast_class(base: type, name: str) -> type:
+    """``base`` whose ``forward`` runs with the global helper ``name`` mapped to the
+    identity (cached; pickles name ``base`` and ``name``, the class is made again)."""
+    new_cls = _FAST_CLASSES.get((base, name))
+    if new_cls is None:
+        forward: Any = getattr(base.forward, "__func__", base.forward)  # type: ignore[attr-defined]
+        scope = dict(forward.__globals__)
+        scope[name] = _first_argument
+        fast_forward = types.FunctionType(
+            forward.__code__, scope, forward.__name__, forward.__defaults__, forward.__closure__
+        )
+        fast_forward.__kwdefaults__ = forward.__kwdefaults__
+        new_cls = type(
+            base.__name__,
+            (base,),
+            {
+                "forward": fast_forward,
+                "extra_repr": _rewired_repr,
+                "__reduce_ex__": _reduce_fast,
+                "_padkit_base": base,
+                "_padkit_skipped": name,
+                "__module__": base.__module__,
+                "__doc__": base.__doc__,
+            },
+        )
+        _FAST_CLASSES[(base, name)] = new_cls
+    return new_cls
+
+
+def _reduce_fast(self: nn.Module, protocol: Any) -> Any:
+    cls: Any = type(self)
+    return _rebuild_fast, (cls._padkit_base, cls._padkit_skipped, self.__dict__.copy())
+
+
+def _rebuild_fast(base: type, name: str, state: dict[str, Any]) -> nn.Module:
+    """Unpickle a module of :func:`_fast_class` ``(base, name)``."""
+    cls: Any = _fast_class(base, name)
+    obj: Any = cls.__new__(cls)
+    obj.__setstate__(state)
+    module: nn.Module = obj
+    return module
 
 
 def _first_argument(*args: Any, **kwargs: Any) -> Any:
@@ -448,7 +491,18 @@ def passthrough(module: nn.Module, note: str) -> nn.Module:
     only computation is a pad that a padkit layer now does. It is an instance of
     ``module``'s class under the same class name; ``note`` shows in its ``repr``."""
     cls = type(module)
-    base = getattr(cls, "_padkit_base", cls)
+    new_cls = _passing_class(getattr(cls, "_padkit_base", cls))
+    new = copy.copy(module)
+    new.__class__ = new_cls
+    new.__dict__["_padkit_note"] = note
+    return new
+
+
+_PASSING: dict[type, type] = {}
+
+
+def _passing_class(base: type) -> type:
+    """``base`` whose forward returns its input (cached; pickles name ``base``)."""
     new_cls = _PASSING.get(base)
     if new_cls is None:
         new_cls = type(
@@ -457,19 +511,28 @@ def passthrough(module: nn.Module, note: str) -> nn.Module:
             {
                 "forward": _passthrough_forward,
                 "extra_repr": _passthrough_repr,
+                "__reduce_ex__": _reduce_passthrough,
                 "_padkit_base": base,
                 "__module__": base.__module__,
                 "__doc__": base.__doc__,
             },
         )
         _PASSING[base] = new_cls
-    new = copy.copy(module)
-    new.__class__ = new_cls
-    new.__dict__["_padkit_note"] = note
-    return new
+    return new_cls
 
 
-_PASSING: dict[type, type] = {}
+def _reduce_passthrough(self: nn.Module, protocol: Any) -> Any:
+    cls: Any = type(self)
+    return _rebuild_passthrough, (cls._padkit_base, self.__dict__.copy())
+
+
+def _rebuild_passthrough(base: type, state: dict[str, Any]) -> nn.Module:
+    """Unpickle a module of :func:`_passing_class` ``(base)``."""
+    cls: Any = _passing_class(base)
+    obj: Any = cls.__new__(cls)
+    obj.__setstate__(state)
+    module: nn.Module = obj
+    return module
 
 
 def _passthrough_forward(self: nn.Module, input: Any, *args: Any, **kwargs: Any) -> Any:

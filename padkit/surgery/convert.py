@@ -647,6 +647,23 @@ def _owned_conv(module: nn.Module) -> Op | None:
     return own
 
 
+class _PaddedConvCall:
+    """The handler of a ported conv subclass: its one conv call runs as padkit's conv with
+    the target padding (a module-level class, so the ported module pickles)."""
+
+    def __init__(self, name: str, stride: Any, rule: Padding, dilation: Any, groups: int) -> None:
+        self.name, self.stride, self.rule = name, stride, rule
+        self.dilation, self.groups = dilation, groups
+
+    def __call__(self, call: str, i: int, func: Any, args: Any, kwargs: Any) -> Any:
+        if call != self.name or i != 0:
+            return NOT_HANDLED
+        x, w = args[0], args[1] if len(args) > 1 else kwargs["weight"]
+        b = args[2] if len(args) > 2 else kwargs.get("bias")
+        conv = getattr(PF, self.name)
+        return conv(x, w, b, self.stride, self.rule, self.dilation, self.groups)
+
+
 def _port_owned(
     out: nn.Module,
     by_id: dict[int, list[str]],
@@ -668,17 +685,8 @@ def _port_owned(
     changed, detail = _port_detail(layer, new_layer)
     if not changed:
         return
-    name = f"conv{layer.nd}d"
-    conv = getattr(PF, name)
     rule = new_layer.padding
-
-    def handler(call: str, i: int, func: Any, args: Any, kwargs: Any) -> Any:
-        if call != name or i != 0:
-            return NOT_HANDLED
-        x, w = args[0], args[1] if len(args) > 1 else kwargs["weight"]
-        b = args[2] if len(args) > 2 else kwargs.get("bias")
-        return conv(x, w, b, layer.stride, rule, layer.dilation, layer.groups)
-
+    handler = _PaddedConvCall(f"conv{layer.nd}d", layer.stride, rule, layer.dilation, layer.groups)
     new = rewired(module, handler, f"padding={rule.describe()}")
     _replace(out, by_id[id(module)], new)
     report.changes.append(
