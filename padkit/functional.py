@@ -1434,41 +1434,6 @@ def default_count_include_pad(padding: PaddingLike, nd: int, where: str) -> bool
     return False
 
 
-def _avg_pool_quantized(
-    fname: str,
-    nd: int,
-    input: Tensor,
-    kernel_size: Any,
-    stride: Any,
-    padding: PaddingLike,
-    ceil_mode: bool,
-    count_include_pad: bool | None,
-    divisor_override: int | None,
-    dilation: Any,
-) -> Tensor:
-    """An average of a per-tensor quantized input: the exact average of its values,
-    rounded once to the input's scale and zero point (torch's quantized average pools
-    keep them too; they differ from this by at most one rounding step)."""
-    if input.qscheme() not in (torch.per_tensor_affine, torch.per_tensor_symmetric):
-        raise PaddingError(
-            f"{fname}(): input is quantized with {input.qscheme()}; average pooling of a "
-            "quantized tensor takes per-tensor quantization (torch.per_tensor_affine) only"
-        )
-    out = _avg_pool(
-        fname,
-        nd,
-        input.dequantize(),
-        kernel_size,
-        stride,
-        padding,
-        ceil_mode,
-        count_include_pad,
-        divisor_override,
-        dilation,
-    )
-    return torch.quantize_per_tensor(out, input.q_scale(), input.q_zero_point(), input.dtype)
-
-
 def _pad_then_pool(plan: Plan, rec: Op, x: Tensor) -> bool:
     """An average pool whose divisor never depends on where the pads are (it counts them,
     or is overridden), in floor mode: torch's unpadded pool of the zero-padded input is
@@ -1496,10 +1461,18 @@ def _avg_pool(
     dilation: Any,
 ) -> Tensor:
     if isinstance(input, Tensor) and input.is_quantized:
-        return _avg_pool_quantized(
+        # the exact average of the quantized values, rounded once to the input's scale and
+        # zero point (torch's quantized average pools keep them too; they differ from this
+        # by at most one rounding step)
+        if input.qscheme() not in (torch.per_tensor_affine, torch.per_tensor_symmetric):
+            raise PaddingError(
+                f"{fname}(): input is quantized with {input.qscheme()}; average pooling of a "
+                "quantized tensor takes per-tensor quantization (torch.per_tensor_affine) only"
+            )
+        out = _avg_pool(
             fname,
             nd,
-            input,
+            input.dequantize(),
             kernel_size,
             stride,
             padding,
@@ -1508,6 +1481,7 @@ def _avg_pool(
             divisor_override,
             dilation,
         )
+        return torch.quantize_per_tensor(out, input.q_scale(), input.q_zero_point(), input.dtype)
     if count_include_pad is None:
         count_include_pad = default_count_include_pad(padding, nd, f"{fname}()")
     rec = Op.make(

@@ -452,13 +452,10 @@ def _has_fast_kernels(p: Any, n: int, passes: Sequence[int]) -> bool:
     key = (*(int(p[i]) for i in range(n)), *passes)
     ok = _fast.get(key)
     if ok is None:
-        lib = _library().lib
-        buf = ctypes.create_string_buffer(256)
-        ok = True
-        for which in passes:
-            if lib.padkit_impl(p, which, buf, 256) != 0 or buf.value.startswith(b"ref"):
-                ok = False
-                break
+        try:
+            ok = not any(name.startswith("ref") for name in _impl_names(p, passes))
+        except NativeError:
+            ok = False
         if len(_fast) > 4096:
             _fast.clear()
         _fast[key] = ok
