@@ -30,6 +30,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .. import nn as pnn
+from .._made import made_by
 from ..spec import PaddingError, _tuple_of
 
 __all__ = ["WrapperFinding", "find_wrapper", "unpadded_class"]
@@ -61,16 +62,12 @@ def unpadded_class(cls: type[nn.Module]) -> type[nn.Module]:
                 )
             return getattr(self, self._padkit_child)(x)
 
-        def reduce_ex(self: Any, protocol: Any) -> Any:
-            # the subclass is made at run time: pickles name the original class instead
-            return _rebuild_unpadded, (cls, self.__dict__.copy())
-
         sub = type(
             cls.__name__,
             (cls,),
             {
                 "forward": forward,
-                "__reduce_ex__": reduce_ex,
+                **made_by(unpadded_class, cls),
                 "__module__": cls.__module__,
                 "__doc__": f"{cls.__name__} whose time padding lives in its padkit conv child "
                 "(padkit.streaming.convert_causal).",
@@ -78,15 +75,6 @@ def unpadded_class(cls: type[nn.Module]) -> type[nn.Module]:
         )
         _UNPADDED[cls] = sub
     return sub
-
-
-def _rebuild_unpadded(cls: type[nn.Module], state: dict[str, Any]) -> nn.Module:
-    """Unpickle a module of :func:`unpadded_class` ``(cls)``."""
-    sub: Any = unpadded_class(cls)
-    obj: Any = sub.__new__(sub)
-    obj.__setstate__(state)
-    module: nn.Module = obj
-    return module
 
 
 class WrapperFinding:

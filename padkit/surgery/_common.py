@@ -10,6 +10,7 @@ from typing import Any
 from torch import nn
 
 from .. import nn as PN
+from .._made import made_by
 from ..op import TORCH_KINDS, Op
 from ..spec import (
     PaddingError,
@@ -246,11 +247,6 @@ def _kept_class(padkit_cls: type, orig: type) -> type | None:
     key = (padkit_cls, orig)
     cls = _KEPT.get(key)
     if cls is None:
-
-        def reduce_ex(self: Any, protocol: Any) -> Any:
-            # made at run time: pickles name the two classes it combines
-            return _rebuild_kept, (padkit_cls, orig, self.__dict__.copy())
-
         try:
             cls = type(
                 orig.__name__,
@@ -258,7 +254,7 @@ def _kept_class(padkit_cls: type, orig: type) -> type | None:
                 {
                     "__module__": orig.__module__,
                     "__doc__": orig.__doc__,
-                    "__reduce_ex__": reduce_ex,
+                    **made_by(_kept_class, padkit_cls, orig),
                     "_padkit_kind": _PADKIT[padkit_cls],
                     "_padkit_orig": orig,
                 },
@@ -267,14 +263,6 @@ def _kept_class(padkit_cls: type, orig: type) -> type | None:
             return None
         _KEPT[key] = cls
     return cls
-
-
-def _rebuild_kept(padkit_cls: type, orig: type, state: dict[str, Any]) -> Any:
-    """Unpickle a module of :func:`_kept_class` ``(padkit_cls, orig)``."""
-    cls: Any = _kept_class(padkit_cls, orig)
-    obj = cls.__new__(cls)
-    obj.__setstate__(state)
-    return obj
 
 
 def _keep_class(new: nn.Module, old: nn.Module) -> nn.Module:

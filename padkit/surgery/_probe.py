@@ -39,6 +39,7 @@ import torch
 from torch import Tensor, nn
 from torch.overrides import TorchFunctionMode
 
+from .._made import made_by
 from ..op import Op
 from ..spec import Padding, PaddingError
 
@@ -308,7 +309,7 @@ def _rewired_class(base: type) -> type:
             {
                 "forward": _rewired_forward,
                 "extra_repr": _rewired_repr,
-                "__reduce_ex__": _reduce_rewired,
+                **made_by(_rewired_class, base),
                 "_padkit_base": base,
                 "__module__": base.__module__,
                 "__doc__": base.__doc__,
@@ -316,20 +317,6 @@ def _rewired_class(base: type) -> type:
         )
         _REWIRED[base] = new_cls
     return new_cls
-
-
-def _reduce_rewired(self: nn.Module, protocol: Any) -> Any:
-    cls: Any = type(self)
-    return _rebuild_rewired, (cls._padkit_base, self.__dict__.copy())
-
-
-def _rebuild_rewired(base: type, state: dict[str, Any]) -> nn.Module:
-    """Unpickle a module of :func:`_rewired_class` ``(base)``."""
-    cls: Any = _rewired_class(base)
-    obj: Any = cls.__new__(cls)
-    obj.__setstate__(state)
-    module: nn.Module = obj
-    return module
 
 
 def rewired_fast(
@@ -433,7 +420,7 @@ def _fast_class(base: type, name: str) -> type:
             {
                 "forward": fast_forward,
                 "extra_repr": _rewired_repr,
-                "__reduce_ex__": _reduce_fast,
+                **made_by(_fast_class, base, name),
                 "_padkit_base": base,
                 "_padkit_skipped": name,
                 "__module__": base.__module__,
@@ -442,20 +429,6 @@ def _fast_class(base: type, name: str) -> type:
         )
         _FAST_CLASSES[(base, name)] = new_cls
     return new_cls
-
-
-def _reduce_fast(self: nn.Module, protocol: Any) -> Any:
-    cls: Any = type(self)
-    return _rebuild_fast, (cls._padkit_base, cls._padkit_skipped, self.__dict__.copy())
-
-
-def _rebuild_fast(base: type, name: str, state: dict[str, Any]) -> nn.Module:
-    """Unpickle a module of :func:`_fast_class` ``(base, name)``."""
-    cls: Any = _fast_class(base, name)
-    obj: Any = cls.__new__(cls)
-    obj.__setstate__(state)
-    module: nn.Module = obj
-    return module
 
 
 def _first_argument(*args: Any, **kwargs: Any) -> Any:
@@ -511,7 +484,7 @@ def _passing_class(base: type) -> type:
             {
                 "forward": _passthrough_forward,
                 "extra_repr": _passthrough_repr,
-                "__reduce_ex__": _reduce_passthrough,
+                **made_by(_passing_class, base),
                 "_padkit_base": base,
                 "__module__": base.__module__,
                 "__doc__": base.__doc__,
@@ -519,20 +492,6 @@ def _passing_class(base: type) -> type:
         )
         _PASSING[base] = new_cls
     return new_cls
-
-
-def _reduce_passthrough(self: nn.Module, protocol: Any) -> Any:
-    cls: Any = type(self)
-    return _rebuild_passthrough, (cls._padkit_base, self.__dict__.copy())
-
-
-def _rebuild_passthrough(base: type, state: dict[str, Any]) -> nn.Module:
-    """Unpickle a module of :func:`_passing_class` ``(base)``."""
-    cls: Any = _passing_class(base)
-    obj: Any = cls.__new__(cls)
-    obj.__setstate__(state)
-    module: nn.Module = obj
-    return module
 
 
 def _passthrough_forward(self: nn.Module, input: Any, *args: Any, **kwargs: Any) -> Any:
