@@ -7,6 +7,7 @@ with the backend forced on, with the planner choosing, and with the backend off.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import ctypes
 import os
@@ -595,10 +596,10 @@ def test_tuner_keeps_the_faster_side(tmp_path: Path) -> None:
     tuner.attach(tmp_path, "avx2", (3, 2, 0))
     key_a = ("conv", (3, 3), (2, 2), (1, 1), ((0, 1), (0, 1)), 1, (8, 8), "contiguous")
     key_b = ("max_pool", (3, 3), (2, 2), (1, 1), ((0, 1), (0, 1)), 1, (8,), "contiguous")
-    assert tuner.decide(key_a, slow, quick, _tune.nothing) is True
-    assert tuner.decide(key_b, quick, slow, _tune.nothing) is False
+    assert tuner.decide(key_a, slow, quick, contextlib.nullcontext) is True
+    assert tuner.decide(key_b, quick, slow, contextlib.nullcontext) is False
     # remembered: neither side runs again
-    assert tuner.decide(key_a, quick, slow, _tune.nothing) is True
+    assert tuner.decide(key_a, quick, slow, contextlib.nullcontext) is True
     assert tuner.path is not None and tuner.path.is_file()
     # a new process on the same machine reads the choices from disk
     again = _tune.Tuner()

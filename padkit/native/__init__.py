@@ -88,14 +88,12 @@ def enable(*, required: bool = True) -> bool:
             raise
         return False
     _dispatch.active = _dispatch.HOOK
-    _dispatch.HOOK.generation += 1
     return True
 
 
 def disable() -> None:
     """Back to padkit's pure-torch plans."""
     _dispatch.active = None
-    _dispatch.HOOK.generation += 1
 
 
 def enabled() -> bool:

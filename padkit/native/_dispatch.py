@@ -65,7 +65,6 @@ class Hook:
     """What :mod:`padkit.functional` consults (:data:`active`) when the backend is on."""
 
     def __init__(self) -> None:
-        self.generation = 0
         #: route every eligible op to the backend, ignoring the policy (tests use it)
         self.force = False
         self.fallbacks: Counter[str] = Counter()

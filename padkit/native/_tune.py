@@ -24,7 +24,7 @@ import platform
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -258,8 +258,3 @@ def _key_to_json(v: Any) -> Any:
 
 def _key_from_json(v: Any) -> Any:
     return tuple(_key_from_json(x) for x in v) if isinstance(v, list) else v
-
-
-@contextlib.contextmanager
-def nothing() -> Iterator[None]:
-    yield

@@ -509,11 +509,6 @@ def _rewired_repr(self: nn.Module) -> str:
     return f"{own}, {note}" if own else note
 
 
-def is_rewired(module: nn.Module) -> bool:
-    """Whether ``module`` was made by :func:`rewired`."""
-    return "_padkit_handler" in module.__dict__
-
-
 # ----------------------------------------------------------------------------- pad rules
 
 
