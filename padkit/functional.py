@@ -493,10 +493,6 @@ def _run_conv_torch(
         # torch.export: F.pad + the conv with the symmetric part, the form graph quantizers
         # (PT2E) and delegates recognise (a crop's surplus outputs would be observed)
         plan = _as_residual_pad(plan)
-    elif plan.strategy == "zero_extend" and torch.compiler.is_compiling():
-        # torch.compile: inductor fuses the F.pad into the kernel that produces the input
-        # (a ReLU, a layout change), which costs less than the grown kernel's extra taps
-        plan = _as_residual_pad(plan)
     if plan.strategy == "zero_extend" and (
         _needs_grad(x, weight, bias) or has_torch_function((weight,))
     ):
