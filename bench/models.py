@@ -1,17 +1,31 @@
-"""Model benchmark: timm ``tf_efficientnet_b0`` converted to padkit, eager and compiled.
+"""Model benchmark: a TF-style model converted to padkit, eager and compiled.
 
-Three models with the same random initialisation (no pretrained weights are needed for
-timing):
+``--model`` picks the family; each has three models with the same random initialisation
+(no pretrained weights are needed for timing):
 
-* ``effb0``: timm ``efficientnet_b0`` (symmetric PyTorch padding): the reference;
-* ``tf_effb0``: timm ``tf_efficientnet_b0`` as timm builds it (5 ``Conv2dSame`` layers
-  that ``F.pad`` on every forward);
-* ``tf_effb0 padkit``: the same model after ``padkit.surgery.convert(model)``, checked
-  against ``tf_effb0`` (max |difference| <= 1e-5) before timing.
+* ``tf_efficientnet_b0`` (the default):
 
-Cells are medians of paired per-round ratios against ``effb0`` with ``[min-max]``
-(``bench/common.py``); compiled models are compared with compiled ``effb0``. Run
-``python bench/models.py --help``.
+  * ``effb0``: timm ``efficientnet_b0`` (symmetric PyTorch padding): the reference;
+  * ``tf_effb0``: timm ``tf_efficientnet_b0`` as timm builds it (5 ``Conv2dSame``
+    layers that ``F.pad`` on every forward);
+  * ``tf_effb0 padkit``: the same model after ``padkit.surgery.convert(model)``.
+
+* ``tf-resnet50`` (the models of ``resnets()`` in ``bench/native_models.py``):
+
+  * ``resnet50``: torchvision's ResNet-50 (symmetric padding): the reference;
+  * ``tf-resnet50 timm``: its TF-style twin, every stride-2 conv with a kernel > 1 a
+    timm ``Conv2dSame`` and the stem pool timm's ``MaxPool2dSame``;
+  * ``tf-resnet50 padkit``: that twin after ``padkit.surgery.convert``.
+
+The padkit model is checked against the timm port of its family (max |difference| <=
+1e-5) before timing. Cells are medians of paired per-round ratios against the reference
+with ``[min-max]`` (``bench/common.py``); compiled models are compared with the compiled
+reference. Examples::
+
+    python bench/models.py --threads 1 --mode eager
+    python bench/models.py --model tf-resnet50 --threads 1 --mode eager compile
+
+Run ``python bench/models.py --help`` for all options.
 """
 
 from __future__ import annotations
@@ -21,6 +35,7 @@ import copy
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -31,12 +46,34 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import Timing, env_header, fmt_ratio, markdown_table, max_abs_diff, measure_case
 
-REF = "effb0"
-NAMES = (REF, "tf_effb0", "tf_effb0 padkit")
+Models = dict[str, nn.Module]
 
 
-def build_models() -> tuple[dict[str, nn.Module], str]:
-    """The three models in eval mode, and the text of the surgery report."""
+@dataclass(frozen=True)
+class Family:
+    """The three models of one benchmark: their names and how to build them.
+
+    ``build`` returns the models in eval mode keyed by ``ref``, ``timm`` and ``padkit``,
+    and the text of the surgery report of the padkit model.
+    """
+
+    model: str  # the ``--model`` choice and the title
+    ref: str  # the symmetric-padding reference
+    timm: str  # the TF-style port as timm layers build it
+    padkit: str  # ``timm`` after ``padkit.surgery.convert``
+    build: Callable[[], tuple[Models, str]]
+
+    @property
+    def names(self) -> tuple[str, str, str]:
+        return (self.ref, self.timm, self.padkit)
+
+    @property
+    def header(self) -> list[str]:
+        timm_col = self.timm if "timm" in self.timm else f"{self.timm} (timm)"
+        return ["mode / layout", "N", f"{self.ref} ms", timm_col, self.padkit, "other-CPU"]
+
+
+def _efficientnets() -> tuple[Models, str]:
     import timm
 
     from padkit.surgery import convert
@@ -46,12 +83,32 @@ def build_models() -> tuple[dict[str, nn.Module], str]:
     torch.manual_seed(0)
     tf = timm.create_model("tf_efficientnet_b0", pretrained=False).eval()
     converted, report = convert(copy.deepcopy(tf))
-    return {REF: effb0, "tf_effb0": tf, "tf_effb0 padkit": converted.eval()}, str(report)
+    return {"effb0": effb0, "tf_effb0": tf, "tf_effb0 padkit": converted.eval()}, str(report)
 
 
-def check_exact(models: dict[str, nn.Module], x: Tensor) -> float:
+def _resnets() -> tuple[Models, str]:
+    from native_models import resnets
+
+    from padkit.surgery import convert
+
+    models = resnets()
+    # resnets() drops the report; converting the twin again (deterministic) recovers it
+    _, report = convert(copy.deepcopy(models["tf-resnet50 timm"]))
+    return models, str(report)
+
+
+FAMILIES = {
+    f.model: f
+    for f in (
+        Family("tf_efficientnet_b0", "effb0", "tf_effb0", "tf_effb0 padkit", _efficientnets),
+        Family("tf-resnet50", "resnet50", "tf-resnet50 timm", "tf-resnet50 padkit", _resnets),
+    )
+}
+
+
+def check_exact(fam: Family, models: Models, x: Tensor) -> float:
     with torch.inference_mode():
-        return max_abs_diff(models["tf_effb0 padkit"](x), models["tf_effb0"](x))
+        return max_abs_diff(models[fam.padkit](x), models[fam.timm](x))
 
 
 def _input(n: int, channels_last: bool) -> Tensor:
@@ -59,22 +116,21 @@ def _input(n: int, channels_last: bool) -> Tensor:
     return x.contiguous(memory_format=torch.channels_last) if channels_last else x
 
 
-def _row(label: str, n: int, res: dict[str, Timing], other: float, extra: str = "") -> list[str]:
+def _row(
+    fam: Family, label: str, n: int, res: dict[str, Timing], other: float, extra: str = ""
+) -> list[str]:
     return [
         label,
         str(n),
-        f"{res[REF].ms:.2f}",
-        *(fmt_ratio(res[name], 3) for name in NAMES[1:]),
+        f"{res[fam.ref].ms:.2f}",
+        *(fmt_ratio(res[name], 3) for name in fam.names[1:]),
         f"{other:.2f}",
         extra,
     ]
 
 
-HEADER = ["mode / layout", "N", "effb0 ms", "tf_effb0 (timm)", "tf_effb0 padkit", "other-CPU"]
-
-
 def run_eager(
-    models: dict[str, nn.Module], batches: list[int], layouts: list[str], rounds: int
+    fam: Family, models: Models, batches: list[int], layouts: list[str], rounds: int
 ) -> list[list[str]]:
     rows = []
     for layout in layouts:
@@ -85,41 +141,42 @@ def run_eager(
         }
         for n in batches:
             x = _input(n, cl)
-            fns = {k: (lambda m=ms[k], t=x: m(t)) for k in NAMES}
-            res, other, _ = measure_case(fns, REF, rounds=rounds, block_s=0.05)
-            rows.append(_row(f"eager {'CL' if cl else 'NCHW'}", n, res, other))
+            fns = {k: (lambda m=ms[k], t=x: m(t)) for k in fam.names}
+            res, other, _ = measure_case(fns, fam.ref, rounds=rounds, block_s=0.05)
+            rows.append(_row(fam, f"eager {'CL' if cl else 'NCHW'}", n, res, other))
             print(f"  eager {layout} N={n} done (other-CPU {other:.2f})", file=sys.stderr)
     return rows
 
 
 def run_compiled(
-    models: dict[str, nn.Module], batches: list[int], rounds: int
+    fam: Family, models: Models, batches: list[int], rounds: int
 ) -> tuple[list[list[str]], list[str]]:
     rows, notes = [], []
     for n in batches:
         x = _input(n, False)
         compiled: dict[str, Callable[[Tensor], Tensor]] = {}
-        for name in NAMES:
+        for name in fam.names:
             torch._dynamo.reset()
             fn = torch.compile(models[name])
             t0 = time.perf_counter()
             with torch.inference_mode():
                 out = fn(x)
             notes.append(f"{name} N={n}: first call (compile) {time.perf_counter() - t0:.0f} s")
-            if name != REF:
+            if name != fam.ref:
                 with torch.inference_mode():
-                    diff = max_abs_diff(out, models["tf_effb0"](x))
-                notes[-1] += f", max |compiled - eager tf_effb0| = {diff:.1e}"
+                    diff = max_abs_diff(out, models[fam.timm](x))
+                notes[-1] += f", max |compiled - eager {fam.timm}| = {diff:.1e}"
             compiled[name] = fn
             print(f"  compiled {name} N={n}", file=sys.stderr, flush=True)
-        fns = {k: (lambda f=compiled[k], t=x: f(t)) for k in NAMES}
-        res, other, _ = measure_case(fns, REF, rounds=rounds, block_s=0.05)
-        rows.append(_row("torch.compile NCHW", n, res, other))
+        fns = {k: (lambda f=compiled[k], t=x: f(t)) for k in fam.names}
+        res, other, _ = measure_case(fns, fam.ref, rounds=rounds, block_s=0.05)
+        rows.append(_row(fam, "torch.compile NCHW", n, res, other))
     return rows, notes
 
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--model", default="tf_efficientnet_b0", choices=list(FAMILIES))
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--batches", type=int, nargs="+", default=[1, 8])
     ap.add_argument("--layouts", nargs="+", default=["nchw", "cl"], choices=["nchw", "cl"])
@@ -127,27 +184,28 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--rounds", type=int, default=15)
     args = ap.parse_args(argv)
 
+    fam = FAMILIES[args.model]
     torch.set_num_threads(args.threads)
-    models, report = build_models()
-    print(f"## tf_efficientnet_b0 through padkit, {args.threads} thread(s)\n")
+    models, report = fam.build()
+    print(f"## {fam.model} through padkit, {args.threads} thread(s)\n")
     print(env_header(args.threads) + "\n")
     print("```\n" + report + "\n```\n")
     for n in args.batches:
-        diff = check_exact(models, _input(n, False))
+        diff = check_exact(fam, models, _input(n, False))
         verdict = "ok" if diff <= 1e-5 else "NOT EXACT"
-        print(f"- max |tf_effb0 padkit - tf_effb0| at N={n}: {diff:.1e} ({verdict})")
+        print(f"- max |{fam.padkit} - {fam.timm}| at N={n}: {diff:.1e} ({verdict})")
     print(flush=True)
     rows: list[list[str]] = []
     notes: list[str] = []
     if "eager" in args.mode:
-        rows += run_eager(models, args.batches, args.layouts, args.rounds)
+        rows += run_eager(fam, models, args.batches, args.layouts, args.rounds)
     if "compile" in args.mode:
-        crow, notes = run_compiled(models, args.batches, args.rounds)
+        crow, notes = run_compiled(fam, models, args.batches, args.rounds)
         rows += crow
-    print(markdown_table([*HEADER, "note"], rows) + "\n")
+    print(markdown_table([*fam.header, "note"], rows) + "\n")
     for note in notes:
         print(f"- {note}")
-    print("\nTarget: tf_effb0 padkit ≤ 1.02 × effb0 (eager and compiled, N = 1 and 8).")
+    print(f"\nTarget: {fam.padkit} ≤ 1.02 × {fam.ref} (eager and compiled, N = 1 and 8).")
 
 
 if __name__ == "__main__":
