@@ -24,6 +24,7 @@ import gc
 import os
 import platform
 import re
+import resource
 import shlex
 import statistics
 import subprocess
@@ -332,3 +333,10 @@ def env_header(threads: int) -> str:
             f"load average at start {load[0]:.2f} / {load[1]:.2f} / {load[2]:.2f}",
         ]
     )
+
+
+def cpu_seconds() -> float:
+    """CPU time of this process and of its finished children (inductor's compile workers)."""
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime

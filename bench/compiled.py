@@ -4,14 +4,19 @@ The model is the small mixed CNN of ``tests/mixed_model.py`` (TF ``same`` at str
 depthwise, per-side, dilated causal, ``same`` max pool, transposed conv, average pools).
 Its *symmetric twin* is the same layers from torch with torch's own symmetric padding
 (the model a user would have without per-side pads; output sizes within a row/column)
-and the same weights.
+and the same weights. The *F.pad twin* (``twin_model()`` of tests/mixed_model.py)
+computes padkit's function from torch layers and explicit ``F.pad`` calls, the way a
+codebase without padkit writes it: padkit / F.pad twin is what padkit adds, F.pad twin /
+symmetric twin what the asymmetric pads themselves cost.
 
 Printed: the CPU and versions; the compile time of the first input size and of a second
-size, each model compiled in a fresh process with an empty inductor cache (so neither
+size (wall clock, and CPU seconds of the process and the compile workers it waited for),
+each model compiled in a fresh process with an empty inductor cache (so neither
 model reuses kernels the other compiled; ``--dynamic``: one graph with symbolic sizes, so
 the second size costs nothing unless something specialises; static, torch's
 ``dynamic=False``: one graph per size), with the number of graphs; then eager and
-compiled time per call, each as the median over paired rounds of padkit / twin (every
+compiled time per call, each as the median over paired rounds of padkit / twin (and of
+padkit / F.pad twin) (every
 round times both, interleaved, see bench/common.py), with the [min-max] of the rounds.
 Eager padkit runs its torch plans (``PADKIT_NATIVE=0``, set by bench/common.py); the
 optional oneDNN backend never runs under ``torch.compile``.
@@ -43,8 +48,8 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 sys.path.insert(0, str(ROOT / "tests"))
 
-from common import env_header, fmt_ratio, markdown_table, max_abs_diff, measure_case  # noqa: E402
-from mixed_model import mixed_model  # noqa: E402
+from common import cpu_seconds, env_header, fmt_ratio, markdown_table, max_abs_diff, measure_case  # noqa: E402
+from mixed_model import mixed_model, twin_model  # noqa: E402
 
 
 def symmetric_twin() -> nn.Sequential:
@@ -68,14 +73,17 @@ def models() -> dict[str, nn.Module]:
     model = mixed_model().eval()
     twin = symmetric_twin().eval()
     twin.load_state_dict(model.state_dict())
-    return {"padkit": model, "twin": twin}
+    fpad = twin_model().eval()
+    fpad.load_state_dict(model.state_dict())
+    return {"padkit": model, "twin": twin, "F.pad twin": fpad}
 
 
-def compile_seconds(fn: Any, x: torch.Tensor) -> float:
-    t0 = time.perf_counter()
+def compile_seconds(fn: Any, x: torch.Tensor) -> tuple[float, float]:
+    """(wall, CPU) seconds of the first call."""
+    t0, c0 = time.perf_counter(), cpu_seconds()
     with torch.inference_mode():
         fn(x)
-    return time.perf_counter() - t0
+    return time.perf_counter() - t0, cpu_seconds() - c0
 
 
 def graphs() -> int:
@@ -90,13 +98,17 @@ def child(args: argparse.Namespace, inputs: list[torch.Tensor]) -> None:
     print(json.dumps({"first": times[0], "second": times[1], "graphs": graphs()}))
 
 
-def compile_in_child(name: str, cache: str, argv: list[str]) -> dict[str, float]:
+def compile_in_child(name: str, cache: str, argv: list[str], limit: float) -> dict[str, Any] | None:
+    """The child's compile times, or None where it did not finish within ``limit`` s."""
     env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=cache)
     cmd = [sys.executable, str(Path(__file__).resolve()), *argv, "--child", name]
-    run = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    try:
+        run = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=limit)
+    except subprocess.TimeoutExpired:
+        return None
     if run.returncode != 0:
         sys.exit(f"compiling {name} failed:\n{run.stderr[-4000:]}")
-    result: dict[str, float] = json.loads(run.stdout.strip().splitlines()[-1])
+    result: dict[str, Any] = json.loads(run.stdout.strip().splitlines()[-1])
     return result
 
 
@@ -112,7 +124,14 @@ def main() -> None:
     # (dynamic=False): a graph per size. (Not torch's default None, whose automatic
     # dynamic shapes start static and turn dynamic at the first recompile.)
     ap.add_argument("--dynamic", action="store_true", help="dynamic=True: one graph, any size")
-    ap.add_argument("--child", choices=["padkit", "twin"], help=argparse.SUPPRESS)
+    ap.add_argument(
+        "--limit",
+        type=float,
+        default=600,
+        help="seconds a model may take to compile both sizes; one that takes longer is "
+        "reported as such and left out of the timing",
+    )
+    ap.add_argument("--child", choices=["padkit", "twin", "F.pad twin"], help=argparse.SUPPRESS)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     size1 = tuple(args.size) * (2 // len(args.size))
@@ -127,53 +146,91 @@ def main() -> None:
     print(f"- torch.compile(backend={args.backend!r}, {mode})")
 
     argv = sys.argv[1:]
-    caches = {
-        name: tempfile.mkdtemp(prefix=f"padkit-{name}-inductor-") for name in ("padkit", "twin")
-    }
-    rows = []
-    for name, cache in caches.items():
-        r = compile_in_child(name, cache, argv)
-        rows.append([name, f"{r['first']:.1f}", f"{r['second']:.1f}", str(int(r["graphs"]))])
-    ratio = [f"{float(rows[0][i]) / float(rows[1][i]):.2f}" for i in (1, 2)]
-    rows.append(["padkit / twin", *ratio, ""])
-    print(markdown_table(["compile (s)", f"first {size1}", f"second {size2}", "graphs"], rows))
+    names = ("padkit", "twin", "F.pad twin")
+    caches = {name: tempfile.mkdtemp(prefix="padkit-bench-child-inductor-") for name in names}
+    took = {name: compile_in_child(name, cache, argv, args.limit) for name, cache in caches.items()}
+    over = f"over {args.limit:.0f} s"
 
-    # the timed models reuse both children's kernels (the caches are content-addressed)
+    def cell(r: dict[str, Any] | None, which: str) -> str:
+        if r is None:
+            return over
+        wall, cpu = r[which]
+        return f"{wall:.1f} / {cpu:.1f}"
+
+    def ratio(a: str, b: str, which: str) -> str:
+        ra, rb = took[a], took[b]
+        if ra is None or rb is None:
+            return "–"
+        (wa, ca), (wb, cb) = ra[which], rb[which]
+        return f"{wa / wb:.2f} / {ca / cb:.2f}"
+
+    rows = [
+        [name, cell(r, "first"), cell(r, "second"), "–" if r is None else str(int(r["graphs"]))]
+        for name, r in took.items()
+    ]
+    for other in ("twin", "F.pad twin"):
+        rows.append(
+            [f"padkit / {other}", *(ratio("padkit", other, w) for w in ("first", "second")), ""]
+        )
+    print(
+        markdown_table(
+            [
+                "compile: wall / CPU (s)",
+                f"first {size1[0]}x{size1[1]}",
+                f"second {size2[0]}x{size2[1]}",
+                "graphs",
+            ],
+            rows,
+        )
+    )
+
+    # the timed models reuse the children's kernels (the caches are content-addressed)
     merged = tempfile.mkdtemp(prefix="padkit-bench-inductor-")
     for cache in caches.values():
         shutil.copytree(cache, merged, dirs_exist_ok=True)
         shutil.rmtree(cache, ignore_errors=True)
     os.environ["TORCHINDUCTOR_CACHE_DIR"] = merged
     mods = models()
-    model, twin = mods["padkit"], mods["twin"]
-    c_model = torch.compile(model, backend=args.backend, dynamic=args.dynamic)
-    c_twin = torch.compile(twin, backend=args.backend, dynamic=args.dynamic)
+    if took["padkit"] is None or took["twin"] is None:
+        sys.exit(f"padkit or the twin took {over} to compile: nothing to time")
+    timed = [name for name in names if took[name] is not None]
+    compiled = {
+        name: torch.compile(mods[name], backend=args.backend, dynamic=args.dynamic)
+        for name in timed
+    }
     with torch.inference_mode():
         for x in inputs:
-            diff = max_abs_diff(c_model(x), model(x))
-            c_twin(x)
-            print(f"compiled vs eager padkit at {tuple(x.shape)}: max abs diff {diff:.2e}")
+            eager = mods["padkit"](x)
+            diffs = ", ".join(
+                f"max |compiled {name} - eager padkit| {max_abs_diff(compiled[name](x), eager):.2e}"
+                for name in timed
+                if name != "twin"
+            )
+            compiled["twin"](x)
+            print(f"at {tuple(x.shape)}: {diffs}")
+
+    def paired(res: dict[str, Any], a: str, b: str) -> str:
+        if a not in res or b not in res:
+            return "–"
+        r = [x / y for x, y in zip(res[a].per_round_ms, res[b].per_round_ms)]
+        return f"{statistics.median(r):.2f} [{min(r):.2f}–{max(r):.2f}]"
 
     out = []
     for x in inputs:
-        fns = {
-            "eager padkit": lambda x=x: model(x),
-            "eager twin": lambda x=x: twin(x),
-            "compiled padkit": lambda x=x: c_model(x),
-            "compiled twin": lambda x=x: c_twin(x),
-        }
+        fns = {}
+        for name in timed:
+            fns[f"eager {name}"] = lambda m=mods[name], x=x: m(x)
+            fns[f"compiled {name}"] = lambda m=compiled[name], x=x: m(x)
         res, other, _ = measure_case(fns, "eager twin", rounds=args.rounds, block_s=0.05)
-        paired = [
-            a / b
-            for a, b in zip(res["compiled padkit"].per_round_ms, res["compiled twin"].per_round_ms)
-        ]
         out.append(
             [
-                str(tuple(x.shape[2:])),
+                f"{x.shape[2]}x{x.shape[3]}",
                 f"{res['eager twin'].ms:.2f}",
                 fmt_ratio(res["eager padkit"]),
                 f"{res['compiled twin'].ms:.2f}",
-                f"{statistics.median(paired):.2f} [{min(paired):.2f}–{max(paired):.2f}]",
+                paired(res, "compiled padkit", "compiled twin"),
+                paired(res, "compiled F.pad twin", "compiled twin"),
+                paired(res, "compiled padkit", "compiled F.pad twin"),
                 f"{other:.0%}",
             ]
         )
@@ -186,6 +243,8 @@ def main() -> None:
                 "eager padkit / twin",
                 "compiled twin ms",
                 "compiled padkit / twin",
+                "compiled F.pad twin / twin",
+                "compiled padkit / F.pad twin",
                 "other CPU load",
             ],
             out,

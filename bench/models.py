@@ -32,7 +32,9 @@ from __future__ import annotations
 
 import argparse
 import copy
+import os
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -44,7 +46,15 @@ from torch import Tensor, nn
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import Timing, env_header, fmt_ratio, markdown_table, max_abs_diff, measure_case
+from common import (
+    Timing,
+    cpu_seconds,
+    env_header,
+    fmt_ratio,
+    markdown_table,
+    max_abs_diff,
+    measure_case,
+)
 
 Models = dict[str, nn.Module]
 
@@ -156,12 +166,17 @@ def run_compiled(
         x = _input(n, False)
         compiled: dict[str, Callable[[Tensor], Tensor]] = {}
         for name in fam.names:
+            # each model compiles from an empty inductor cache (no kernel of another model)
             torch._dynamo.reset()
+            os.environ["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="padkit-bench-")
             fn = torch.compile(models[name])
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), cpu_seconds()
             with torch.inference_mode():
                 out = fn(x)
-            notes.append(f"{name} N={n}: first call (compile) {time.perf_counter() - t0:.0f} s")
+            notes.append(
+                f"{name} N={n}: first call (compile) {time.perf_counter() - t0:.0f} s wall, "
+                f"{cpu_seconds() - c0:.0f} s CPU"
+            )
             if name != fam.ref:
                 with torch.inference_mode():
                     diff = max_abs_diff(out, models[fam.timm](x))
