@@ -493,6 +493,10 @@ def _run_conv_torch(
         # torch.export: F.pad + the conv with the symmetric part, the form graph quantizers
         # (PT2E) and delegates recognise (a crop's surplus outputs would be observed)
         plan = _as_residual_pad(plan)
+    elif plan.strategy == "crop" and torch.compiler.is_compiling():
+        # torch.compile: one F.pad, which inductor writes from the kernel that produces the
+        # input (or as one cheap copy), costs less than the crop's surplus outputs
+        plan = _as_residual_pad(plan)
     if plan.strategy == "zero_extend" and (
         _needs_grad(x, weight, bias) or has_torch_function((weight,))
     ):

@@ -201,6 +201,25 @@ def test_compile_depthwise_conv_grows_the_kernel_not_the_input() -> None:
     assert [p.args[0].name for p in rec.calls("pad")] == [conv.args[1].args[0].name]
 
 
+def test_compile_crop_conv_pads_the_input() -> None:
+    # eagerly a per-side conv computes the symmetric conv and crops the surplus outputs;
+    # compiled, it is one F.pad of the input and the conv with no padding of its own
+    torch.manual_seed(0)
+    layer = pnn.Conv2d(8, 12, (2, 3), padding=((1, 0), (0, 2)))
+    x = torch.randn(1, 8, 14, 13)
+    assert layer.plan(x.shape).strategy == "crop"
+    torch._dynamo.reset()
+    rec = GraphRecorder()
+    with torch.no_grad():
+        out = torch.compile(layer, fullgraph=True, dynamic=False, backend=rec)(x)
+    ref = F.conv2d(F.pad(x, [0, 2, 1, 0]), layer.weight, layer.bias)
+    torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-6)
+    (conv,) = rec.calls("conv2d")
+    (pad,) = rec.calls("pad")
+    assert conv.args[0] is pad
+    assert tuple(conv.meta["example_value"].shape) == tuple(ref.shape)  # no surplus computed
+
+
 @pytest.mark.parametrize("divisor", [None, 5])
 def test_compile_average_counting_pads_is_pad_then_pool(divisor: int | None) -> None:
     # eagerly an average counting its pads runs as a depthwise conv (a constant kernel);
