@@ -278,9 +278,11 @@ def _onednn_version() -> str:
 
 
 def _git_rev() -> str:
+    """The commit the benchmark runs, ``-modified`` where tracked files differ from it, or
+    ``?`` outside a git checkout (a copied tree)."""
     try:
         out = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"],
+            ["git", "describe", "--always", "--dirty=-modified", "--abbrev=7"],
             cwd=Path(__file__).resolve().parent,
             capture_output=True,
             text=True,
