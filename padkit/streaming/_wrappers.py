@@ -30,7 +30,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .. import nn as pnn
-from .._made import made_by
+from .._made import stand_in
 from ..spec import PaddingError, _tuple_of
 
 __all__ = ["WrapperFinding", "find_wrapper", "unpadded_class"]
@@ -38,7 +38,19 @@ __all__ = ["WrapperFinding", "find_wrapper", "unpadded_class"]
 _CONVS = (nn.Conv1d, nn.Conv2d, nn.Conv3d)
 _CONVTS = (nn.ConvTranspose1d, nn.ConvTranspose2d, nn.ConvTranspose3d)
 _MODES = ("zeros", "replicate", "reflect")
-_UNPADDED: dict[type[nn.Module], type[nn.Module]] = {}
+
+
+def _unpadded_forward(self: Any, x: Tensor, *args: Any, **kwargs: Any) -> Any:
+    extra = [a for a in args if a is not None and a is not False]
+    extra += [k for k, v in kwargs.items() if v is not None and v is not False]
+    if extra:
+        raise PaddingError(
+            f"{type(self).__name__} (converted by convert_causal): called with "
+            f"{args!r} {kwargs!r}; the converted module computes its conv only. "
+            "Stream it with padkit.streaming.StreamingModule instead of its own "
+            "streaming options"
+        )
+    return getattr(self, self._padkit_child)(x)
 
 
 def unpadded_class(cls: type[nn.Module]) -> type[nn.Module]:
@@ -47,33 +59,15 @@ def unpadded_class(cls: type[nn.Module]) -> type[nn.Module]:
     The subclass keeps the name of ``cls``; it accepts (and refuses to act on) extra call
     arguments that are not ``None``/``False``, such as Mimi's ``padding_cache=None``.
     """
-    sub = _UNPADDED.get(cls)
-    if sub is None:
-
-        def forward(self: Any, x: Tensor, *args: Any, **kwargs: Any) -> Any:
-            extra = [a for a in args if a is not None and a is not False]
-            extra += [k for k, v in kwargs.items() if v is not None and v is not False]
-            if extra:
-                raise PaddingError(
-                    f"{type(self).__name__} (converted by convert_causal): called with "
-                    f"{args!r} {kwargs!r}; the converted module computes its conv only. "
-                    "Stream it with padkit.streaming.StreamingModule instead of its own "
-                    "streaming options"
-                )
-            return getattr(self, self._padkit_child)(x)
-
-        sub = type(
-            cls.__name__,
-            (cls,),
-            {
-                "forward": forward,
-                **made_by(unpadded_class, cls),
-                "__module__": cls.__module__,
-                "__doc__": f"{cls.__name__} whose time padding lives in its padkit conv child "
-                "(padkit.streaming.convert_causal).",
-            },
-        )
-        _UNPADDED[cls] = sub
+    sub: type[nn.Module] = stand_in(
+        unpadded_class,
+        (cls,),
+        cls,
+        (cls,),
+        lambda: {"forward": _unpadded_forward},
+        doc=f"{cls.__name__} whose time padding lives in its padkit conv child "
+        "(padkit.streaming.convert_causal).",
+    )
     return sub
 
 

@@ -10,7 +10,7 @@ from typing import Any
 from torch import nn
 
 from .. import nn as PN
-from .._made import made_by
+from .._made import stand_in
 from ..op import TORCH_KINDS, Op
 from ..spec import (
     PaddingError,
@@ -238,31 +238,19 @@ def _build(layer: _Layer, old: nn.Module) -> nn.Module:
     return _keep_class(new, old)
 
 
-_KEPT: dict[tuple[type, type], type] = {}
-
-
 def _kept_class(padkit_cls: type, orig: type) -> type | None:
     """The class named like ``orig`` deriving from ``padkit_cls`` then ``orig`` (cached);
     None where Python cannot combine them."""
-    key = (padkit_cls, orig)
-    cls = _KEPT.get(key)
-    if cls is None:
-        try:
-            cls = type(
-                orig.__name__,
-                (padkit_cls, orig),
-                {
-                    "__module__": orig.__module__,
-                    "__doc__": orig.__doc__,
-                    **made_by(_kept_class, padkit_cls, orig),
-                    "_padkit_kind": _PADKIT[padkit_cls],
-                    "_padkit_orig": orig,
-                },
-            )
-        except TypeError:
-            return None
-        _KEPT[key] = cls
-    return cls
+    try:
+        return stand_in(
+            _kept_class,
+            (padkit_cls, orig),
+            orig,
+            (padkit_cls, orig),
+            lambda: {"_padkit_kind": _PADKIT[padkit_cls], "_padkit_orig": orig},
+        )
+    except TypeError:
+        return None
 
 
 def _keep_class(new: nn.Module, old: nn.Module) -> nn.Module:

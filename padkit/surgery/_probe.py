@@ -39,7 +39,7 @@ import torch
 from torch import Tensor, nn
 from torch.overrides import TorchFunctionMode
 
-from .._made import made_by
+from .._made import stand_in
 from ..op import Op
 from ..spec import Padding, PaddingError
 
@@ -296,27 +296,15 @@ def rewired(module: nn.Module, handler: Handler, note: str) -> nn.Module:
     return new
 
 
-_REWIRED: dict[type, type] = {}
-
-
 def _rewired_class(base: type) -> type:
     """``base`` whose own code runs under its handler (cached; pickles name ``base``)."""
-    new_cls = _REWIRED.get(base)
-    if new_cls is None:
-        new_cls = type(
-            base.__name__,
-            (base,),
-            {
-                "forward": _rewired_forward,
-                "extra_repr": _rewired_repr,
-                **made_by(_rewired_class, base),
-                "_padkit_base": base,
-                "__module__": base.__module__,
-                "__doc__": base.__doc__,
-            },
-        )
-        _REWIRED[base] = new_cls
-    return new_cls
+    return stand_in(
+        _rewired_class,
+        (base,),
+        base,
+        (base,),
+        lambda: {"forward": _rewired_forward, "extra_repr": _rewired_repr, "_padkit_base": base},
+    )
 
 
 def rewired_fast(
@@ -399,14 +387,11 @@ def _try_fast(
     return None
 
 
-_FAST_CLASSES: dict[tuple[type, str], type] = {}
-
-
 def _fast_class(base: type, name: str) -> type:
     """``base`` whose ``forward`` runs with the global helper ``name`` mapped to the
     identity (cached; pickles name ``base`` and ``name``, the class is made again)."""
-    new_cls = _FAST_CLASSES.get((base, name))
-    if new_cls is None:
+
+    def members() -> dict[str, Any]:
         forward: Any = getattr(base.forward, "__func__", base.forward)  # type: ignore[attr-defined]
         scope = dict(forward.__globals__)
         scope[name] = _first_argument
@@ -414,21 +399,14 @@ def _fast_class(base: type, name: str) -> type:
             forward.__code__, scope, forward.__name__, forward.__defaults__, forward.__closure__
         )
         fast_forward.__kwdefaults__ = forward.__kwdefaults__
-        new_cls = type(
-            base.__name__,
-            (base,),
-            {
-                "forward": fast_forward,
-                "extra_repr": _rewired_repr,
-                **made_by(_fast_class, base, name),
-                "_padkit_base": base,
-                "_padkit_skipped": name,
-                "__module__": base.__module__,
-                "__doc__": base.__doc__,
-            },
-        )
-        _FAST_CLASSES[(base, name)] = new_cls
-    return new_cls
+        return {
+            "forward": fast_forward,
+            "extra_repr": _rewired_repr,
+            "_padkit_base": base,
+            "_padkit_skipped": name,
+        }
+
+    return stand_in(_fast_class, (base, name), base, (base,), members)
 
 
 def _first_argument(*args: Any, **kwargs: Any) -> Any:
@@ -471,27 +449,19 @@ def passthrough(module: nn.Module, note: str) -> nn.Module:
     return new
 
 
-_PASSING: dict[type, type] = {}
-
-
 def _passing_class(base: type) -> type:
     """``base`` whose forward returns its input (cached; pickles name ``base``)."""
-    new_cls = _PASSING.get(base)
-    if new_cls is None:
-        new_cls = type(
-            base.__name__,
-            (base,),
-            {
-                "forward": _passthrough_forward,
-                "extra_repr": _passthrough_repr,
-                **made_by(_passing_class, base),
-                "_padkit_base": base,
-                "__module__": base.__module__,
-                "__doc__": base.__doc__,
-            },
-        )
-        _PASSING[base] = new_cls
-    return new_cls
+    return stand_in(
+        _passing_class,
+        (base,),
+        base,
+        (base,),
+        lambda: {
+            "forward": _passthrough_forward,
+            "extra_repr": _passthrough_repr,
+            "_padkit_base": base,
+        },
+    )
 
 
 def _passthrough_forward(self: nn.Module, input: Any, *args: Any, **kwargs: Any) -> Any:
