@@ -467,17 +467,17 @@ def run_conv_plan(
     if hook is not None and plan.strategy != "native":
 
         def torch_plan(x: Tensor, w: Tensor, b: Tensor | None) -> Tensor:
-            return _run_conv_torch(plan, conv, x, w, b, s, d, groups, extend)
+            return run_conv_torch(plan, conv, x, w, b, s, d, groups, extend)
 
         res: Tensor | None = hook.conv(
             plan.strategy, x, weight, bias, s, d, plan.pads, groups, torch_plan
         )
         if res is not None:
             return res
-    return _run_conv_torch(plan, conv, x, weight, bias, s, d, groups, extend)
+    return run_conv_torch(plan, conv, x, weight, bias, s, d, groups, extend)
 
 
-def _run_conv_torch(
+def run_conv_torch(
     plan: Plan,
     conv: Any,
     x: Tensor,
@@ -486,9 +486,9 @@ def _run_conv_torch(
     s: tuple[int, ...],
     d: tuple[int, ...],
     groups: int,
-    extend: Callable[[Tensor], Tensor] | None,
+    extend: Callable[[Tensor], Tensor] | None = None,
 ) -> Tensor:
-    """A conv plan on torch's kernels."""
+    """A conv plan on torch's kernels (never the optional oneDNN backend)."""
     if plan.strategy in ("zero_extend", "crop") and torch.compiler.is_exporting():
         # torch.export: F.pad + the conv with the symmetric part, the form graph quantizers
         # (PT2E) and delegates recognise (a crop's surplus outputs would be observed)
@@ -871,6 +871,35 @@ def _conv_transpose_crops(
     fname: str,
 ) -> Tensor:
     """Full transposed conv output cropped by ``crops`` (end crop reduced by ``op``)."""
+    sizes = tuple(x.shape[x.dim() - nd :])
+    native_p, native_op, slices = transpose_layout(
+        crops, op, tuple(weight.shape[2:]), s, d, sizes, fname
+    )
+
+    def torch_plan(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
+        return run_transpose(x, weight, bias, s, native_p, native_op, groups, d, slices)
+
+    hook = _backend.active
+    if hook is not None:
+        ends = tuple((lo, hi - o) for (lo, hi), o in zip(crops, op))
+        res: Tensor | None = hook.conv_transpose(x, weight, bias, s, d, ends, groups, torch_plan)
+        if res is not None:
+            return res
+    return torch_plan(x, weight, bias)
+
+
+def transpose_layout(
+    crops: Pairs,
+    op: Sequence[int],
+    k: Sequence[int],
+    s: Sequence[int],
+    d: Sequence[int],
+    sizes: Sequence[int],
+    fname: str,
+) -> tuple[tuple[int, ...], tuple[int, ...], Pairs]:
+    """How torch's transposed conv computes the full output cropped by ``crops`` (end crop
+    reduced by ``op``): its symmetric padding and output_padding per axis, and what is
+    then sliced off each axis's start and end."""
     native_p: list[int] = []
     native_op: list[int] = []
     slices: list[tuple[int, int]] = []
@@ -878,8 +907,8 @@ def _conv_transpose_crops(
         end = hi - op[i]  # what to remove at the end; negative extends with zeros (+ bias)
         if lo < 0:
             raise PaddingError(f"{fname}(): a transposed conv cannot crop {lo} at the start")
-        k_eff = d[i] * (weight.shape[2 + i] - 1) + 1
-        length = (x.shape[x.dim() - nd + i] - 1) * s[i] + k_eff - lo - end
+        k_eff = d[i] * (k[i] - 1) + 1
+        length = (sizes[i] - 1) * s[i] + k_eff - lo - end
         if length <= 0:
             raise PaddingError(
                 f"{fname}(): the crops {crops[i]} (output_padding {op[i]}) leave no output on "
@@ -901,21 +930,27 @@ def _conv_transpose_crops(
         native_p.append(p)
         native_op.append(o)
         slices.append((lo - p, max(end - p, 0)))
+    return tuple(native_p), tuple(native_op), tuple(slices)
 
-    def torch_plan(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
-        out = _CONV_T[nd](x, weight, bias, s, tuple(native_p), tuple(native_op), groups, d)
-        for i, (a, b) in enumerate(slices):
-            if a or b:
-                out = out.narrow(out.dim() - nd + i, a, out.shape[out.dim() - nd + i] - a - b)
-        return out
 
-    hook = _backend.active
-    if hook is not None:
-        ends = tuple((lo, hi - o) for (lo, hi), o in zip(crops, op))
-        res: Tensor | None = hook.conv_transpose(x, weight, bias, s, d, ends, groups, torch_plan)
-        if res is not None:
-            return res
-    return torch_plan(x, weight, bias)
+def run_transpose(
+    x: Tensor,
+    weight: Tensor,
+    bias: Tensor | None,
+    s: tuple[int, ...],
+    native_p: tuple[int, ...],
+    native_op: tuple[int, ...],
+    groups: int,
+    d: tuple[int, ...],
+    slices: Pairs,
+) -> Tensor:
+    """A :func:`transpose_layout` on torch's transposed conv (batched or not)."""
+    nd = len(s)
+    out: Tensor = _CONV_T[nd](x, weight, bias, s, native_p, native_op, groups, d)
+    for i, (a, b) in enumerate(slices):
+        if a or b:
+            out = out.narrow(out.dim() - nd + i, a, out.shape[out.dim() - nd + i] - a - b)
+    return out
 
 
 def conv_transpose1d(
@@ -1266,7 +1301,6 @@ def _max_pool(
     x, unbatched, k, s, d, pairs, ceil, sizes, outs = _pool_setup(fname, nd, input, rec)
     if x.dtype == torch.bool:
         raise TypeError(f"{fname}(): max pooling does not support bool tensors")
-    pool = _MAX_POOL[max(nd, 2)]
     plan = plan_pool(
         "max_pool",
         pairs,
@@ -1301,32 +1335,39 @@ def _max_pool(
             return (res[0].squeeze(0), res[1].squeeze(0)) if unbatched else res
         return res.squeeze(0) if unbatched else res
     full = _explicit_pads(sizes, _k_eff(k, d), s, pairs, outs, ceil)
+    if return_indices and not _compiling():
+        counts = _divisor(sizes, k, s, d, pairs, outs, False)
+        if any(0 in c for c in counts):
+            axis = next(i for i, c in enumerate(counts) if 0 in c)
+            raise PaddingError(
+                f"{fname}(): with pads {pairs[axis]} a window on spatial axis {axis} "
+                "holds only padding, so it has no input index; use smaller pads or "
+                "return_indices=False"
+            )
+    res = explicit_max_pool(x, rec, full)
+    if return_indices:
+        return (res[0].squeeze(0), res[1].squeeze(0)) if unbatched else res
+    return res.squeeze(0) if unbatched else res
+
+
+def explicit_max_pool(x: Tensor, rec: Op, full: Pairs) -> Any:
+    """An ``explicit`` max pool plan on a batched input: the input padded by ``full`` with
+    the dtype's lowest value, then the unpadded pool (indices mapped back to the input)."""
+    nd, k, s, d = rec.nd, rec.kernel, rec.stride, rec.dilation
     xp = _pad_windows(x, full, _lowest(x.dtype))
-    res = pool(
+    res = _MAX_POOL[max(nd, 2)](
         _to2d(xp, nd),
         _lift(nd, k, 1),
         _lift(nd, s, 1),
         0,
         _lift(nd, d, 1),
         False,
-        return_indices,
+        rec.return_indices,
     )
-    if return_indices:
-        if not _compiling():
-            counts = _divisor(sizes, k, s, d, pairs, outs, False)
-            if any(0 in c for c in counts):
-                axis = next(i for i, c in enumerate(counts) if 0 in c)
-                raise PaddingError(
-                    f"{fname}(): with pads {pairs[axis]} a window on spatial axis {axis} "
-                    "holds only padding, so it has no input index; use smaller pads or "
-                    "return_indices=False"
-                )
-        res = (res[0], _unpad_indices(res[1], nd, xp.shape[2:], sizes, full))
-    if return_indices:
-        out, idx = _from2d(res[0], nd), _from2d(res[1], nd)
-        return (out.squeeze(0), idx.squeeze(0)) if unbatched else (out, idx)
-    out = _from2d(res, nd)
-    return out.squeeze(0) if unbatched else out
+    if rec.return_indices:
+        idx = _unpad_indices(res[1], nd, xp.shape[2:], x.shape[2:], full)
+        return _from2d(res[0], nd), _from2d(idx, nd)
+    return _from2d(res, nd)
 
 
 def _unpad_indices(
@@ -1434,7 +1475,24 @@ def default_count_include_pad(padding: PaddingLike, nd: int, where: str) -> bool
     return False
 
 
-def _pad_then_pool(plan: Plan, rec: Op, x: Tensor) -> bool:
+def padded_avg_pool(x: Tensor, rec: Op, pairs: Pairs) -> Tensor:
+    """An average pool as ``F.pad`` then torch's unpadded pool (see :func:`_pad_then_pool`):
+    what ``torch.compile`` traces, as inductor lowers it to one loop reading the input with
+    the pads as bounds (no extern depthwise conv, no divisor)."""
+    nd = rec.nd
+    pooled: Tensor = _AVG_POOL[max(nd, 2)](
+        _to2d(F.pad(x, _torch_pad(pairs)), nd),
+        _lift(nd, rec.kernel, 1),
+        _lift(nd, rec.stride, 1),
+        0,
+        False,
+        True,
+        rec.divisor_override,
+    )
+    return _from2d(pooled, nd)
+
+
+def _pad_then_pool(plan: Plan, rec: Op, dtype: torch.dtype) -> bool:
     """An average pool whose divisor never depends on where the pads are (it counts them,
     or is overridden), in floor mode: torch's unpadded pool of the zero-padded input is
     exact. Taken in place of the plans that avoid an input copy in eager mode."""
@@ -1444,7 +1502,7 @@ def _pad_then_pool(plan: Plan, rec: Op, x: Tensor) -> bool:
         and not plan.ceil_mode
         and not rec.ceil_mode
         and all(dd == 1 for dd in rec.dilation)
-        and x.dtype.is_floating_point
+        and dtype.is_floating_point
     )
 
 
@@ -1568,45 +1626,50 @@ def _avg_pool(
         )
         if got_avg is not None:
             return got_avg.squeeze(0) if unbatched else got_avg
-    if _compiling() and not torch.compiler.is_exporting() and _pad_then_pool(plan, rec, x):
-        # torch.compile: F.pad then the unpadded pool, which inductor lowers to one loop
-        # reading the input with the pads as bounds (no extern depthwise conv, no divisor)
-        pooled: Tensor = _AVG_POOL[max(nd, 2)](
-            _to2d(F.pad(x, _torch_pad(pairs)), nd),
-            _lift(nd, k, 1),
-            _lift(nd, s, 1),
-            0,
-            False,
-            True,
-            divisor_override,
-        )
-        pooled = _from2d(pooled, nd)
+    if _compiling() and not torch.compiler.is_exporting() and _pad_then_pool(plan, rec, x.dtype):
+        pooled = padded_avg_pool(x, rec, pairs)
         return pooled.squeeze(0) if unbatched else pooled
     if plan.strategy != "explicit":
-        pooled = run_pool_plan(plan, rec, x)
-        return pooled.squeeze(0) if unbatched else pooled
+        avg: Tensor = run_pool_plan(plan, rec, x)
+        return avg.squeeze(0) if unbatched else avg
     full = _explicit_pads(sizes, _k_eff(k, d), s, pairs, outs, ceil)
+    if _compiling():
+        out = explicit_avg_traced(x, rec, pairs, full)
+        return out.squeeze(0) if unbatched else out
     total = _window_sum(x, nd, k, s, d, full)
     if divisor_override is not None:
         div: Tensor | int = divisor_override
     else:
-        if _compiling():
-            div = _divisor_traced(x, nd, k, s, d, pairs, full, bool(count_include_pad))
-        else:
-            counts = _divisor(sizes, k, s, d, pairs, outs, bool(count_include_pad))
-            if any(0 in c for c in counts):
-                axis = next(i for i, c in enumerate(counts) if 0 in c)
-                raise PaddingError(
-                    f"{fname}(): a window on spatial axis {axis} holds no input element (pads "
-                    f"{pairs[axis]} reach past the kernel); its average excluding padding is "
-                    "undefined. Use smaller pads or count_include_pad=True"
-                )
-            div = _divisor_tensor(counts, x)
+        counts = _divisor(sizes, k, s, d, pairs, outs, bool(count_include_pad))
+        if any(0 in c for c in counts):
+            axis = next(i for i, c in enumerate(counts) if 0 in c)
+            raise PaddingError(
+                f"{fname}(): a window on spatial axis {axis} holds no input element (pads "
+                f"{pairs[axis]} reach past the kernel); its average excluding padding is "
+                "undefined. Use smaller pads or count_include_pad=True"
+            )
+        div = _divisor_tensor(counts, x)
     if x.dtype.is_floating_point or x.dtype.is_complex:
         out = total / div
     else:
         out = torch.div(total, div, rounding_mode="trunc").to(x.dtype)
     return out.squeeze(0) if unbatched else out
+
+
+def explicit_avg_traced(x: Tensor, rec: Op, pairs: Pairs, full: Pairs) -> Tensor:
+    """An ``explicit`` average pool plan on a batched input as traced graphs run it: window
+    sums of the input zero-padded by ``full`` over window sums of a mask (or the divisor
+    override), with no Python-side count of each window."""
+    nd, k, s, d = rec.nd, rec.kernel, rec.stride, rec.dilation
+    total = _window_sum(x, nd, k, s, d, full)
+    div: Tensor | int
+    if rec.divisor_override is not None:
+        div = rec.divisor_override
+    else:
+        div = _divisor_traced(x, nd, k, s, d, pairs, full, rec.count_include_pad)
+    if x.dtype.is_floating_point or x.dtype.is_complex:
+        return total / div
+    return torch.div(total, div, rounding_mode="trunc").to(x.dtype)
 
 
 def channels_last(x: Tensor) -> bool:

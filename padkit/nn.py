@@ -18,6 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from . import _compiled
 from . import functional as PF
 from . import quantization as _quantization
 from .native import _dispatch as _backend
@@ -365,6 +366,20 @@ class _ConvMixin(_PadConv):
         """torch's hook for code that supplies its own weight (weight norm, fake quantisation,
         fused modules): padkit's padding applies here too."""
         if _tracing() or not isinstance(input, Tensor):
+            if _compiled.static_batched(input, self._nd):
+                got = _compiled.conv_plan(
+                    self,
+                    self.pad_spec,
+                    tuple(input.shape),
+                    input.dtype,
+                    tuple(weight.shape),
+                    None if bias is None else tuple(bias.shape),
+                    (self.stride, self.dilation, self.groups, self.padding_mode),
+                )
+                if got is not None:
+                    fields, s, d, g = got
+                    conv = PF._CONV[self._nd]
+                    return PF.run_conv_torch(Plan(*fields), conv, input, weight, bias, s, d, g)
             return self._forward(input, weight, bias)
         key = (
             input.shape,
@@ -615,12 +630,36 @@ class _ConvTransposeMixin(_PadConv):
     _kind = "conv_transpose"
 
     def _forward_t(self, input: Tensor, output_size: Sequence[int] | None) -> Tensor:
+        if _compiled.static_batched(input, self._nd):
+            got = _compiled.conv_transpose_plan(
+                self,
+                self.pad_spec,
+                tuple(input.shape),
+                input.dtype,
+                tuple(self.weight.shape),
+                None if self.bias is None else tuple(self.bias.shape),
+                None if output_size is None else tuple(output_size),
+                (self.stride, self.output_padding, self.groups, self.dilation),
+            )
+            if got is not None:
+                s, p, op, g, d, slices = got
+                return PF.run_transpose(input, self.weight, self.bias, s, p, op, g, d, slices)
+        return self._full_t(input, output_size)
+
+    def _full_t(
+        self,
+        input: Tensor,
+        output_size: Sequence[int] | None,
+        weights: tuple[Tensor, Tensor | None] | None = None,
+    ) -> Tensor:
+        """The full path (``weights``: in place of the layer's weight and bias)."""
+        weight, bias = (self.weight, self.bias) if weights is None else weights
         if _is_proxy(input):
             conv_t = (PF.conv_transpose1d, PF.conv_transpose2d, PF.conv_transpose3d)[self._nd - 1]
             return conv_t(
                 input,
-                self.weight,
-                self.bias,
+                weight,
+                bias,
                 _hashable(self.stride),
                 _fx_padding(self.pad_spec, type(self).__name__),
                 _hashable(self.output_padding),
@@ -632,8 +671,8 @@ class _ConvTransposeMixin(_PadConv):
             type(self).__name__,
             self._nd,
             input,
-            self.weight,
-            self.bias,
+            weight,
+            bias,
             self.stride,
             self.pad_spec,
             self.output_padding,
@@ -1002,6 +1041,25 @@ def _pool_torch_fn(plan: Any, rec: Any) -> _FastFn | None:
 
 def _pool_forward(layer: Any, input: Tensor, op: str, full: Callable[[Tensor], Any]) -> Any:
     if _tracing() or not isinstance(input, Tensor):
+        if _compiled.static_batched(input, layer._nd):
+            got = _compiled.pool_plan(
+                layer,
+                layer.pad_spec,
+                tuple(input.shape),
+                input.dtype,
+                PF.channels_last(input),
+                layer._compiled_key(),
+            )
+            if got is not None:
+                how, fields, plan, padded = got
+                rec = Op(*fields)
+                if how == "plan":
+                    return PF.run_pool_plan(Plan(*plan), rec, input)
+                if how == "pad_then_pool":
+                    return PF.padded_avg_pool(input, rec, plan)
+                if rec.kind == "avg":
+                    return PF.explicit_avg_traced(input, rec, plan, padded)
+                return PF.explicit_max_pool(input, rec, padded)
         return full(input)
     key = (
         input.shape,
@@ -1033,6 +1091,11 @@ class _MaxPoolMixin(_PadPool):
     _kind = "max"
     dilation: Any
     return_indices: bool
+
+    def _compiled_key(self) -> tuple[Any, ...]:
+        """The attributes the plan depends on, read (so guarded) under torch.compile."""
+        k, s, ceil, d = self.kernel_size, self.stride, self.ceil_mode, self.dilation
+        return (k, s, ceil, d, self.return_indices)
 
     def forward(self, input: Tensor) -> Any:
         return _pool_forward(self, input, "max_pool", self._forward)
@@ -1179,6 +1242,11 @@ class _AvgPoolMixin(_PadPool):
     dilation: Any
     count_include_pad: bool
     divisor_override: int | None
+
+    def _compiled_key(self) -> tuple[Any, ...]:
+        """The attributes the plan depends on, read (so guarded) under torch.compile."""
+        k, s, ceil, d = self.kernel_size, self.stride, self.ceil_mode, self.dilation
+        return (k, s, ceil, d, self.count_include_pad, self.divisor_override)
 
     def forward(self, input: Tensor) -> Tensor:
         return _pool_forward(self, input, "avg_pool", self._forward)  # type: ignore[no-any-return]

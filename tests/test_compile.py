@@ -16,6 +16,7 @@ from mixed_model import model_and_twin
 from torch import nn
 
 import padkit.nn as pnn
+from padkit.spec import Padding
 
 LAYERS: list[tuple[str, Any]] = [
     ("conv-same-s2", lambda: pnn.Conv2d(4, 6, 3, stride=2, padding="same")),
@@ -233,3 +234,113 @@ def test_compile_average_counting_pads_is_pad_then_pool(divisor: int | None) -> 
     torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-6)
     assert not rec.calls("conv2d")
     assert rec.calls("avg_pool2d")
+
+
+# ----------------------------------------------------------------------------- static shapes
+#
+# With static shapes a layer reads its live attributes in the trace (dynamo guards them) and
+# takes its plan for them as a constant, made outside the trace (padkit._compiled).
+
+STATIC_LAYERS: list[tuple[str, Any]] = [
+    *LAYERS,
+    ("conv-crop", lambda: pnn.Conv2d(4, 6, (2, 3), padding=((1, 0), (0, 2)))),
+    ("conv3d-same-s2", lambda: pnn.Conv3d(4, 4, 3, stride=2, padding="same")),
+    ("convT-crops", lambda: pnn.ConvTranspose2d(4, 4, 4, stride=2, padding=((2, 1), (0, 3)))),
+    ("max-indices", lambda: pnn.MaxPool2d(3, 2, padding="same", return_indices=True)),
+    ("max-ceil", lambda: pnn.MaxPool2d(3, 2, padding=((0, 1), (1, 1)), ceil_mode=True)),
+    ("avg-s1-excl", lambda: pnn.AvgPool2d(2, 1, padding="same")),
+    ("max-caffe", lambda: pnn.MaxPool2d(3, 2, padding=Padding.from_caffe(1))),
+]
+
+
+def static_input(name: str, n: int) -> torch.Tensor:
+    if name.startswith("conv3d"):
+        return torch.randn(2, 4, n, n + 1, n + 2)
+    return torch.randn(2, 4, *spatial(name, n))
+
+
+@pytest.mark.parametrize("name, build", STATIC_LAYERS, ids=[n for n, _ in STATIC_LAYERS])
+def test_compile_static_matches_eager(name: str, build: Callable[[], nn.Module]) -> None:
+    torch.manual_seed(0)
+    torch._dynamo.reset()
+    layer = build()
+    compiled = torch.compile(layer, fullgraph=True, dynamic=False, backend="eager")
+    for n in (9, 10):  # odd and even: different TF 'same' pads, a graph each
+        x = static_input(name, n)
+        torch.testing.assert_close(compiled(x), layer(x), rtol=1e-5, atol=1e-5)
+        if x.dim() == 4:
+            cl = x.contiguous(memory_format=torch.channels_last)
+            torch.testing.assert_close(compiled(cl), layer(cl), rtol=1e-5, atol=1e-5)
+        if not name.startswith("conv1d"):
+            torch.testing.assert_close(compiled(x[0]), layer(x[0]), rtol=1e-5, atol=1e-5)
+
+
+def test_compile_static_transposed_output_size() -> None:
+    torch.manual_seed(0)
+    torch._dynamo.reset()
+    layer = pnn.ConvTranspose2d(4, 4, 3, stride=2, padding="same")
+    compiled = torch.compile(layer, fullgraph=True, dynamic=False, backend="eager")
+    x = torch.randn(1, 4, 7, 8)
+    for size in ([14, 16], [15, 17]):
+        out = compiled(x, output_size=size)
+        assert tuple(out.shape[2:]) == tuple(size)
+        torch.testing.assert_close(out, layer(x, output_size=size), rtol=1e-5, atol=1e-5)
+
+
+def test_compile_static_follows_attribute_changes() -> None:
+    # the plan is a constant of the graph: dynamo must guard what it was made from
+    torch.manual_seed(0)
+    torch._dynamo.reset()
+    conv = pnn.Conv2d(4, 4, 3, stride=2, padding="same")
+    pool = pnn.AvgPool2d(3, 2, padding="same")
+    model = nn.Sequential(conv, pool)
+    compiled = torch.compile(model, fullgraph=True, dynamic=False, backend="eager")
+    x = torch.randn(1, 4, 12, 13)
+    torch.testing.assert_close(compiled(x), model(x), rtol=1e-5, atol=1e-6)
+    for change in (
+        lambda: setattr(conv, "stride", (1, 1)),
+        lambda: setattr(conv, "padding", ((1, 0), (0, 2))),
+        lambda: setattr(conv, "dilation", (2, 1)),
+        lambda: setattr(pool, "count_include_pad", True),
+        lambda: setattr(pool, "padding", "same_lower"),
+        lambda: setattr(pool, "ceil_mode", True),
+    ):
+        change()
+        torch.testing.assert_close(compiled(x), model(x), rtol=1e-5, atol=1e-6)
+
+
+def test_compile_static_bad_input_raises_as_eagerly() -> None:
+    layer = pnn.Conv2d(4, 4, 5, padding=((0, 0), (0, 0)))
+    x = torch.randn(1, 4, 3, 9)
+    with pytest.raises(Exception, match="smaller than the effective kernel"):
+        layer(x)
+    torch._dynamo.reset()
+    with pytest.raises(Exception, match="smaller than the effective kernel"):
+        torch.compile(layer, dynamic=False, backend="eager")(x)
+
+
+def guard_names(module: nn.Module, x: torch.Tensor) -> list[str]:
+    """What dynamo guards when it compiles ``module`` for ``x`` (static shapes)."""
+    names: list[str] = []
+    torch._dynamo.reset()
+    opt = torch._dynamo.optimize(
+        "eager",
+        nopython=True,
+        dynamic=False,
+        guard_export_fn=lambda guards: names.extend(g.name for g in guards),
+    )(module)
+    with torch.no_grad():
+        opt(x)
+    return names
+
+
+def test_compiled_model_guards_its_attributes_not_padkits_planner() -> None:
+    # every call of a compiled model checks its guards; padkit's planning (parsing,
+    # resolution, plan choice) must not be traced into them
+    model, _ = model_and_twin(dtype=torch.float32)
+    names = guard_names(model, torch.randn(1, 3, 33, 34))
+    planner = ("padkit_dot_op", "padkit_dot_spec", "padkit_dot_plan", ".pad_spec.")
+    assert not [n for n in names if any(p in n for p in planner)]
+    # what the plans were made from is guarded: each layer's spec and attributes
+    assert sum(n.endswith(".pad_spec") for n in set(names)) == 8
+    assert sum(n.endswith(".stride") for n in set(names)) == 8

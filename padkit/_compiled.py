@@ -1,0 +1,164 @@
+"""What a padkit layer runs under ``torch.compile``: its plan, made once per traced graph.
+
+Eagerly a layer remembers, per input shape and live attributes, the plan its first (fully
+checked) call ran (``nn``'s fast path). Traced by dynamo, the same planning is Python that
+dynamo follows line by line, and every global, helper and attribute it reads becomes a
+guard that the compiled model evaluates on each call (477 guards for a ten-layer model
+whose twin, torch layers after ``F.pad``, has 267). Here the layer reads its key (the
+live attributes the plan depends on, which dynamo then guards, and the input's static
+shape, dtype and layout) and the plan for that key is made outside the trace, by a
+function whose result dynamo takes as a constant
+(``torch.compiler.assume_constant_result``); the traced code only runs it.
+
+Each planner first runs the layer's full path on meta tensors of the same shapes; where
+that fails (a bad input) it answers None and the layer takes its full path in the trace,
+which raises what an eager call raises. The result is plain data (the plan's fields, ints
+and tuples), which dynamo embeds without guards of its own.
+
+Only for static shapes (``dynamic=False``, or sizes dynamo has specialised) and never under
+``torch.export`` (which keeps its own lowering): with symbolic sizes the layers take their
+full path, whose pads stay symbolic. A planner answers None where the layer's fast path
+would not run either (non-zero padding modes, Caffe rounding, non-float pools): the layer
+then takes its full path.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any, TypeVar, cast
+
+import torch
+from torch import Tensor
+from torch.fx.experimental.symbolic_shapes import has_static_value
+
+from . import functional as PF
+from .op import Op
+from .plan import Plan
+
+Fields = tuple[Any, ...]
+_Fn = TypeVar("_Fn", bound=Callable[..., Any])
+
+
+def _constant(fn: _Fn) -> _Fn:
+    """``fn`` runs when dynamo traces a call of it, and its result is a constant of the
+    graph (``torch.compiler.assume_constant_result``): what the trace read to call it is
+    guarded, ``fn`` itself is not traced."""
+    return cast(_Fn, torch.compiler.assume_constant_result(fn))  # type: ignore[no-untyped-call]
+
+
+def static_batched(x: Any, nd: int) -> bool:
+    """``x`` is traced by ``torch.compile`` (not exported) as a batched input of static
+    shape (asked of dynamo without a guard)."""
+    return (
+        torch.compiler.is_compiling()
+        and not torch.compiler.is_exporting()
+        and isinstance(x, Tensor)
+        and x.dim() == nd + 2
+        and all(has_static_value(n) for n in x.shape)
+    )
+
+
+def _meta(shape: tuple[int, ...] | None, dtype: torch.dtype) -> Tensor | None:
+    return None if shape is None else torch.empty(shape, dtype=dtype, device="meta")
+
+
+def _runs(full: Any, *args: Any) -> bool:
+    """The layer's full path succeeds on these (meta) arguments."""
+    try:
+        full(*args)
+    except Exception:  # the full path, traced, raises it as an eager call does
+        return False
+    return True
+
+
+def _fields(record: Plan | Op) -> Fields:
+    return tuple(getattr(record, f.name) for f in dataclasses.fields(record))
+
+
+@_constant
+def conv_plan(
+    layer: Any,
+    spec: Any,
+    shape: tuple[int, ...],
+    dtype: torch.dtype,
+    wshape: tuple[int, ...],
+    bshape: tuple[int, ...] | None,
+    key: tuple[Any, ...],
+) -> tuple[Fields, tuple[int, ...], tuple[int, ...], int] | None:
+    """A conv layer's plan fields and (stride, dilation, groups) for an input of ``shape``,
+    or None (non-zero padding modes: the full path). ``spec`` (the layer's ``pad_spec``)
+    and ``key`` (its other live attributes) are what the trace read, so dynamo guards
+    them."""
+    if not _runs(layer._forward, _meta(shape, dtype), _meta(wshape, dtype), _meta(bshape, dtype)):
+        return None
+    op = layer._op()
+    if op.padding_mode != "zeros":
+        return None
+    return (_fields(layer.plan(shape)), op.stride, op.dilation, op.groups)
+
+
+@_constant
+def conv_transpose_plan(
+    layer: Any,
+    spec: Any,
+    shape: tuple[int, ...],
+    dtype: torch.dtype,
+    wshape: tuple[int, ...],
+    bshape: tuple[int, ...] | None,
+    output_size: tuple[int, ...] | None,
+    key: tuple[Any, ...],
+) -> tuple[Any, ...] | None:
+    """A transposed conv layer's arguments of :func:`padkit.functional.run_transpose` for
+    an input of ``shape`` (the torch conv's padding and output_padding, the slices)."""
+    name = type(layer).__name__
+    sized = None if output_size is None else list(output_size)
+    weights = (_meta(wshape, dtype), _meta(bshape, dtype))
+    if not _runs(layer._full_t, _meta(shape, dtype), sized, weights):
+        return None
+    op = layer._op()
+    sizes = shape[2:]
+    crops = PF.transpose_crops(op.padding, op.kernel, op.stride, op.dilation, sizes)
+    out_pad = op.output_padding
+    if output_size is not None:
+        out_pad = PF._output_padding_for(
+            name, output_size, sizes, op.kernel, op.stride, op.dilation, crops
+        )
+    native_p, native_op, slices = PF.transpose_layout(
+        crops, out_pad, op.kernel, op.stride, op.dilation, sizes, name
+    )
+    return (op.stride, native_p, native_op, op.groups, op.dilation, slices)
+
+
+@_constant
+def pool_plan(
+    layer: Any,
+    spec: Any,
+    shape: tuple[int, ...],
+    dtype: torch.dtype,
+    channels_last: bool,
+    key: tuple[Any, ...],
+) -> tuple[str, Fields, Any, Any] | None:
+    """How a max or average pool layer runs on an input of ``shape``, or None (the full
+    path): ``("plan", record, plan, None)`` (:func:`padkit.functional.run_pool_plan`),
+    ``("pad_then_pool", record, pads, None)`` (an average counting its pads) or
+    ``("explicit", record, pads, full)`` (padded by ``full``, then the unpadded pool);
+    records and plans as their fields."""
+    meta = torch.empty(shape, dtype=dtype, device="meta")
+    if channels_last:
+        meta = meta.contiguous(memory_format=torch.channels_last)
+    if not _runs(layer._forward, meta):
+        return None
+    rec = layer._op()
+    if spec.ceil_mode or not dtype.is_floating_point or rec.kind not in ("max", "avg"):
+        return None
+    if rec.kind == "avg" and len(shape) == 5 and dtype in (torch.float16, torch.bfloat16):
+        return None  # averaged in float32 by the full path
+    plan = layer.plan(shape, channels_last=channels_last)
+    if rec.kind == "avg" and PF._pad_then_pool(plan, rec, dtype):
+        return ("pad_then_pool", _fields(rec), plan.pads, None)
+    if plan.strategy != "explicit":
+        return ("plan", _fields(rec), _fields(plan), None)
+    k_eff = PF._k_eff(rec.kernel, rec.dilation)
+    full = PF._explicit_pads(shape[2:], k_eff, rec.stride, plan.pads, plan.out_size, rec.ceil_mode)
+    return ("explicit", _fields(rec), plan.pads, full)
