@@ -24,6 +24,7 @@ optional oneDNN backend never runs under ``torch.compile``.
     python bench/compiled.py                      # inductor, static, 224x224 then 225x201
     python bench/compiled.py --dynamic            # dynamic=True: one graph for both sizes
     python bench/compiled.py --rounds 7 --size 128 --size2 129 117
+    python bench/compiled.py --rounds 21 --block 0.5   # longer timed blocks: steadier ratios
 """
 
 from __future__ import annotations
@@ -118,6 +119,13 @@ def main() -> None:
     ap.add_argument("--size2", type=int, nargs="+", default=[225, 201], help="H W (second)")
     ap.add_argument("--batch", type=int, default=1)
     ap.add_argument("--rounds", type=int, default=15)
+    ap.add_argument(
+        "--block",
+        type=float,
+        default=0.25,
+        help="seconds of back-to-back calls per timed block (a round times one block of each "
+        "model); this ~1 ms model needs long blocks for stable ratios",
+    )
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--backend", default="inductor")
     # dynamic=True: symbolic sizes from the first call (one graph per model); static
@@ -221,7 +229,7 @@ def main() -> None:
         for name in timed:
             fns[f"eager {name}"] = lambda m=mods[name], x=x: m(x)
             fns[f"compiled {name}"] = lambda m=compiled[name], x=x: m(x)
-        res, other, _ = measure_case(fns, "eager twin", rounds=args.rounds, block_s=0.05)
+        res, other, _ = measure_case(fns, "eager twin", rounds=args.rounds, block_s=args.block)
         out.append(
             [
                 f"{x.shape[2]}x{x.shape[3]}",
