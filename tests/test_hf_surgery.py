@@ -434,3 +434,40 @@ def test_converted_model_pickles(build: Callable[[], nn.Module], padding: str | 
     assert [type(m).__name__ for m in back.modules()] == [type(m).__name__ for m in new.modules()]
     x = torch.randn(1, 3, 67, 53)
     torch.testing.assert_close(_last(back, x), _last(new, x), rtol=0, atol=0)
+
+
+def test_converted_dispatching_copy_pickles() -> None:
+    """A module whose pad is folded but whose helper does more than pad keeps a copy that
+    runs its own code with the pad call skipped and the conv call replaced: it pickles."""
+    import pickle
+
+    model = _HelperDoesMore().eval()
+    new, _ = convert(model)
+    assert "skipped)" not in repr(new)  # the dispatching copy, not a plain rewrite
+    back = pickle.loads(pickle.dumps(new))
+    assert type(back).__name__ == type(model).__name__
+    x = torch.randn(1, 3, 17, 18)
+    torch.testing.assert_close(back(x), new(x), rtol=0, atol=0)
+    torch.testing.assert_close(back(x), model(x))
+
+
+@pytest.mark.parametrize(
+    "build", [mobilenet_v2, convnext, efficientnet], ids=["mnv2", "convnext", "effnet"]
+)
+def test_dilated_model_pickles(build: Callable[[], nn.Module]) -> None:
+    """dilate()'s copies whose own code runs with calls replaced (pads re-derived for the
+    lattice, a root that pools the lattice) pickle, and compute the same after a round trip."""
+    import pickle
+
+    model = build()
+    try:
+        pickle.dumps(model)
+    except Exception as err:
+        pytest.skip(f"the Hugging Face model itself does not pickle: {err}")
+    new, report = dilate(model, 8)
+    assert any("lattice" in c.detail for c in report.changes)
+    back = pickle.loads(pickle.dumps(new))
+    x = torch.randn(1, 3, 67, 53)
+    torch.testing.assert_close(_last(back, x), _last(new, x), rtol=0, atol=0)
+    with torch.no_grad():
+        torch.testing.assert_close(back(x).pooler_output, new(x).pooler_output, rtol=0, atol=0)

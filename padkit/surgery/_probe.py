@@ -277,6 +277,20 @@ def own_run(
 Handler = Callable[[str, int, Any, tuple[Any, ...], dict[str, Any]], Any]
 
 
+class Dispatch:
+    """A :func:`rewired` handler from a table ``(function name, ordinal) -> edit``; an edit
+    is called as ``edit(func, args, kwargs)`` and returns the call's result, and calls
+    missing from the table run as written. A module-level class, so a rewired module
+    pickles wherever its edits do."""
+
+    def __init__(self, table: dict[tuple[str, int], Any]) -> None:
+        self.table = dict(table)
+
+    def __call__(self, name: str, i: int, func: Any, args: Any, kwargs: Any) -> Any:
+        edit = self.table.get((name, i))
+        return NOT_HANDLED if edit is None else edit(func, args, kwargs)
+
+
 def rewired(module: nn.Module, handler: Handler, note: str) -> nn.Module:
     """A shallow copy of ``module`` (same parameters, buffers and children) whose own code
     runs with ``handler(name, ordinal, func, args, kwargs)`` offered each torch function it

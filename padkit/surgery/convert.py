@@ -46,6 +46,7 @@ from ._common import (
 )
 from ._probe import (
     NOT_HANDLED,
+    Dispatch,
     PadCall,
     Pairs,
     base_name,
@@ -784,44 +785,41 @@ def _identity(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     return args[0] if args else kwargs["input"]
 
 
-def _padkit_call(layer: _Layer) -> _Edit:
+class _PadkitCall:
     """A replacement for a functional conv/pool call: padkit's functional with ``layer``'s
-    padding, the call's own tensors (input, weight, bias)."""
-    nd = layer.nd
+    padding, the call's own tensors (input, weight, bias). A module-level class (holding
+    the record), so a module rewired with it pickles."""
 
-    def conv(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        x = args[0] if args else kwargs["input"]
-        w = args[1] if len(args) > 1 else kwargs["weight"]
-        b = args[2] if len(args) > 2 else kwargs.get("bias")
-        f = getattr(PF, f"conv{nd}d")
-        return f(
-            x,
-            w,
-            b,
-            layer.stride,
-            layer.padding,
-            layer.dilation,
-            layer.groups,
-            padding_mode=layer.padding_mode,
-        )
+    def __init__(self, layer: _Layer) -> None:
+        self.layer = layer
 
-    def max_pool(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    def __call__(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        layer, nd = self.layer, self.layer.nd
         x = args[0] if args else kwargs["input"]
-        f = getattr(PF, f"max_pool{nd}d")
-        return f(
-            x,
-            layer.kernel,
-            layer.stride,
-            layer.padding,
-            layer.dilation,
-            layer.ceil_mode,
-            layer.return_indices,
-        )
-
-    def avg_pool(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        x = args[0] if args else kwargs["input"]
-        f = getattr(PF, f"avg_pool{nd}d")
-        return f(
+        if layer.kind == "conv":
+            w = args[1] if len(args) > 1 else kwargs["weight"]
+            b = args[2] if len(args) > 2 else kwargs.get("bias")
+            return getattr(PF, f"conv{nd}d")(
+                x,
+                w,
+                b,
+                layer.stride,
+                layer.padding,
+                layer.dilation,
+                layer.groups,
+                padding_mode=layer.padding_mode,
+            )
+        if layer.kind == "max":
+            return getattr(PF, f"max_pool{nd}d")(
+                x,
+                layer.kernel,
+                layer.stride,
+                layer.padding,
+                layer.dilation,
+                layer.ceil_mode,
+                layer.return_indices,
+            )
+        return getattr(PF, f"avg_pool{nd}d")(
             x,
             layer.kernel,
             layer.stride,
@@ -830,16 +828,6 @@ def _padkit_call(layer: _Layer) -> _Edit:
             layer.count_include_pad,
             layer.divisor_override,
         )
-
-    return {"conv": conv, "max": max_pool, "avg": avg_pool}[layer.kind]
-
-
-def _dispatch(table: dict[tuple[str, int], _Edit]) -> Any:
-    def handler(name: str, i: int, func: Any, args: Any, kwargs: Any) -> Any:
-        edit = table.get((name, i))
-        return NOT_HANDLED if edit is None else edit(func, args, kwargs)
-
-    return handler
 
 
 def _rule_text(rules: Sequence[Rule]) -> str:
@@ -978,7 +966,7 @@ class _CodePads:
                 for e in self.events[:j]
                 if e.kind == "function" and e.path == reader_path and base_name(e.name) == fname
             )
-            self.edits.setdefault(reader_path, {})[(fname, k)] = _padkit_call(folded)
+            self.edits.setdefault(reader_path, {})[(fname, k)] = _PadkitCall(folded)
             self.notes.setdefault(reader_path, []).append(f"{fname} #{k} padkit {text}")
             after = (
                 f"{name} (own forward; its {fname}() runs as padkit's) pads={_pads_text(folded)}"
@@ -1127,7 +1115,7 @@ class _CodePads:
         for path, table in self.edits.items():
             module = out.get_submodule(path)
             note = "; ".join(self.notes.get(path, []))
-            new = rewired_fast(module, _dispatch(table), note, self._examples(path, module))
+            new = rewired_fast(module, Dispatch(table), note, self._examples(path, module))
             if path == "":
                 out = new
             else:

@@ -32,6 +32,7 @@ from ._common import (
 )
 from ._probe import (
     NOT_HANDLED,
+    Dispatch,
     PadCall,
     Pairs,
     base_name,
@@ -352,7 +353,7 @@ class _Dilation:
             self.code_pad(i)
         for path, table in self.pad_edits.items():
             base = self.plans[path][0] if path in self.plans else self.module(path)
-            new = rewired(base, _dispatch(table), "; ".join(self.pad_notes[path]))
+            new = rewired(base, Dispatch(table), "; ".join(self.pad_notes[path]))
             change = self.plans[path][1] if path in self.plans else None
             if change is None:
                 change = Change(
@@ -443,8 +444,8 @@ class _Dilation:
         if reader.path not in self.plans and all(r == (0, 0) for r in rules_):
             return  # no pads, before a layer that keeps its attributes: nothing to re-derive
         name = base_name(event.name)
-        self.pad_edits.setdefault(event.path, {})[(name, ordinal)] = _lattice_pad(
-            op, tuple(rules_), factor, pad
+        self.pad_edits.setdefault(event.path, {})[(name, ordinal)] = _LatticePad(
+            op, tuple(rules_), factor, pad.value
         )
         self.pad_notes.setdefault(event.path, []).append(
             f"its {name}() #{ordinal} pads the lattice {factor} ({_rules_text(rules_)})"
@@ -556,12 +557,7 @@ class _Dilation:
         spec = tuple((len(shape) - nd + i, f) for i, f in enumerate(factor) if f > 1)
         name = _base(_FUNCTIONS[layer.kind].format(nd=nd))
 
-        def handler(call: str, i: int, func: Any, args: Any, kwargs: Any) -> Any:
-            if call == name and i == 0 and args:
-                return func(_lattice(args[0], spec), *args[1:], **kwargs)
-            return NOT_HANDLED
-
-        new = rewired(module, handler, f"reads the lattice {factor}")
+        new = rewired(module, _LatticeReads({(name, 0): spec}), f"reads the lattice {factor}")
         self.plans[path] = (
             new,
             Change(
@@ -845,18 +841,8 @@ class _Dilation:
             name = names[i]
             table[(name, names[:i].count(name))] = spec
 
-        def handler(call: str, k: int, func: Any, args: Any, kwargs: Any) -> Any:
-            spec = table.get((_base(call), k))
-            if spec is None:
-                return NOT_HANDLED
-            if args:
-                return func(_lattice(args[0], spec), *args[1:], **kwargs)
-            kwargs = dict(kwargs)
-            kwargs["input"] = _lattice(kwargs["input"], spec)
-            return func(**kwargs)
-
         ops = ", ".join(f"{names[i]}{tuple(f for _, f in spec)}" for i, spec in reads.items())
-        new = rewired(module, handler, f"reads the lattice: {ops}")
+        new = rewired(module, _LatticeReads(table), f"reads the lattice: {ops}")
         name = type(module).__name__
         change = Change(
             path,
@@ -931,29 +917,48 @@ def _rules_text(rules: Sequence[str | tuple[int, int]]) -> str:
     return "TF " + "/".join(sorted({repr(r) for r in rules if isinstance(r, str)}))
 
 
-def _lattice_pad(
-    op: _Layer, rules: tuple[str | tuple[int, int], ...], factor: tuple[int, ...], pad: PadCall
-) -> Any:
+class _LatticePad:
     """A replacement for a pad call in code: the pads of ``rules`` (for ``op``) on the
-    lattice of ``factor``, from the size of the call's own input."""
-    nd = op.nd
+    lattice of ``factor``, from the size of the call's own input (a module-level class, so
+    a module rewired with it pickles)."""
 
-    def edit(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    def __init__(
+        self,
+        op: _Layer,
+        rules: tuple[str | tuple[int, int], ...],
+        factor: tuple[int, ...],
+        value: float,
+    ) -> None:
+        self.op, self.rules, self.factor, self.value = op, rules, factor, value
+
+    def __call__(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         x = args[0] if args else kwargs["input"]
+        nd = self.op.nd
         sizes = tuple(x.shape[-nd:])
-        pairs: Pairs = tuple(lattice_pairs(rules[a], op, a, sizes[a], factor[a]) for a in range(nd))
+        pairs: Pairs = tuple(
+            lattice_pairs(self.rules[a], self.op, a, sizes[a], self.factor[a]) for a in range(nd)
+        )
         flat = [p for lo_hi in reversed(pairs) for p in lo_hi]
-        return torch.nn.functional.pad(x, flat, "constant", pad.value)
-
-    return edit
+        return torch.nn.functional.pad(x, flat, "constant", self.value)
 
 
-def _dispatch(table: dict[tuple[str, int], Any]) -> Any:
-    def handler(name: str, i: int, func: Any, args: Any, kwargs: Any) -> Any:
-        edit = table.get((name, i))
-        return NOT_HANDLED if edit is None else edit(func, args, kwargs)
+class _LatticeReads:
+    """A :func:`rewired` handler whose listed calls (``(function name, ordinal) -> spec``,
+    ``_base`` names) read the lattice ``spec`` of their input (a module-level class, so a
+    module rewired with it pickles)."""
 
-    return handler
+    def __init__(self, table: dict[tuple[str, int], tuple[tuple[int, int], ...]]) -> None:
+        self.table = dict(table)
+
+    def __call__(self, call: str, k: int, func: Any, args: Any, kwargs: Any) -> Any:
+        spec = self.table.get((_base(call), k))
+        if spec is None:
+            return NOT_HANDLED
+        if args:
+            return func(_lattice(args[0], spec), *args[1:], **kwargs)
+        kwargs = dict(kwargs)
+        kwargs["input"] = _lattice(kwargs["input"], spec)
+        return func(**kwargs)
 
 
 class _ModuleInit(nn.Module):
