@@ -17,9 +17,9 @@ and tuples), which dynamo embeds without guards of its own.
 
 Only for static shapes (``dynamic=False``, or sizes dynamo has specialised) and never under
 ``torch.export`` (which keeps its own lowering): with symbolic sizes the layers take their
-full path, whose pads stay symbolic. A planner answers None where the layer's fast path
-would not run either (non-zero padding modes, Caffe rounding, non-float pools): the layer
-then takes its full path.
+full path, whose pads stay symbolic. A pool planner answers None where the layer's fast
+path would not run either (Caffe rounding, non-float pools): the layer then takes its
+full path.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from torch.fx.experimental.symbolic_shapes import has_static_value
 
 from . import functional as PF
 from .op import Op
-from .plan import Plan
+from .plan import Plan, plan_conv
 
 Fields = tuple[Any, ...]
 _Fn = TypeVar("_Fn", bound=Callable[..., Any])
@@ -84,18 +84,36 @@ def conv_plan(
     dtype: torch.dtype,
     wshape: tuple[int, ...],
     bshape: tuple[int, ...] | None,
+    wdtype: torch.dtype,
     key: tuple[Any, ...],
-) -> tuple[Fields, tuple[int, ...], tuple[int, ...], int] | None:
-    """A conv layer's plan fields and (stride, dilation, groups) for an input of ``shape``,
-    or None (non-zero padding modes: the full path). ``spec`` (the layer's ``pad_spec``)
-    and ``key`` (its other live attributes) are what the trace read, so dynamo guards
-    them."""
-    if not _runs(layer._forward, _meta(shape, dtype), _meta(wshape, dtype), _meta(bshape, dtype)):
+) -> tuple[Any, ...] | None:
+    """A conv layer's input pads by padding mode (:func:`padkit.functional.mode_pads`), its
+    plan fields for the rest, and (stride, dilation, groups), for an input of ``shape``.
+    ``spec`` (the layer's ``pad_spec``) and ``key`` (its other live attributes) are what
+    the trace read, so dynamo guards them."""
+    if not _runs(layer._forward, _meta(shape, dtype), _meta(wshape, wdtype), _meta(bshape, wdtype)):
         return None
     op = layer._op()
-    if op.padding_mode != "zeros":
-        return None
-    return (_fields(layer.plan(shape)), op.stride, op.dilation, op.groups)
+    pairs = layer.resolved_padding(shape)
+    steps, zero_pairs = PF.mode_pads(pairs, op.padding_mode)
+    sizes = tuple(n + lo + hi for n, (lo, hi) in zip(shape[2:], _padded(steps, op.nd)))
+    plan = plan_conv(
+        ((0, 0),) * op.nd if zero_pairs is None else zero_pairs,
+        op.kernel,
+        op.stride,
+        op.dilation,
+        sizes,
+        groups=op.groups,
+        in_channels=shape[1],
+    )
+    return (steps, _fields(plan), op.stride, op.dilation, op.groups)
+
+
+def _padded(steps: tuple[tuple[PF.Pairs, str], ...], nd: int) -> PF.Pairs:
+    """What the steps add to each axis."""
+    return tuple(
+        (sum(p[i][0] for p, _ in steps), sum(p[i][1] for p, _ in steps)) for i in range(nd)
+    )
 
 
 @_constant
@@ -106,6 +124,7 @@ def conv_transpose_plan(
     dtype: torch.dtype,
     wshape: tuple[int, ...],
     bshape: tuple[int, ...] | None,
+    wdtype: torch.dtype,
     output_size: tuple[int, ...] | None,
     key: tuple[Any, ...],
 ) -> tuple[Any, ...] | None:
@@ -113,7 +132,7 @@ def conv_transpose_plan(
     an input of ``shape`` (the torch conv's padding and output_padding, the slices)."""
     name = type(layer).__name__
     sized = None if output_size is None else list(output_size)
-    weights = (_meta(wshape, dtype), _meta(bshape, dtype))
+    weights = (_meta(wshape, wdtype), _meta(bshape, wdtype))
     if not _runs(layer._full_t, _meta(shape, dtype), sized, weights):
         return None
     op = layer._op()

@@ -420,20 +420,13 @@ def _conv_pairs(
     commute with every mode, so the order is only visible between two non-zero modes.
     """
     conv = _CONV[nd]
-    modes = (padding_mode,) * nd if isinstance(padding_mode, str) else padding_mode
-    zero_pairs = list(pairs)
-    if any(m != "zeros" for m in modes):
-        if len(set(modes)) == 1:
-            x = _apply_pad(x, pairs, _PAD_MODE_CANON[modes[0]], 0.0, fname)
-            return conv(x, weight, bias, s, 0, d, groups)
-        for i, m in enumerate(modes):
-            if m != "zeros" and pairs[i] != (0, 0):
-                one: Pairs = tuple(pairs[i] if j == i else (0, 0) for j in range(nd))
-                x = _apply_pad(x, one, _PAD_MODE_CANON[m], 0.0, fname)
-                zero_pairs[i] = (0, 0)
+    steps, zero_pairs = mode_pads(pairs, padding_mode)
+    x = pad_steps(x, steps, fname)
+    if zero_pairs is None:
+        return conv(x, weight, bias, s, 0, d, groups)
     sizes = _export.static_shape(x)[2:]  # ints under torch.jit.trace (fvcore traces)
     plan = plan_conv(
-        tuple(zero_pairs),
+        zero_pairs,
         tuple(int(v) for v in weight.shape[2:]),
         s,
         d,
@@ -444,6 +437,36 @@ def _conv_pairs(
         symbolic=_symbolic(sizes, s, sized),
     )
     return run_conv_plan(plan, conv, x, weight, bias, s, d, groups)
+
+
+def mode_pads(
+    pairs: Pairs, padding_mode: str | tuple[str, ...]
+) -> tuple[tuple[tuple[Pairs, str], ...], Pairs | None]:
+    """A conv's pads split by padding mode: the ``F.pad`` steps ``(pairs, mode)`` applied to
+    the input first (every axis at once for one non-zero mode, else one axis at a time in
+    axis order), and the zero pads left for the conv's plan (None: none, the conv runs
+    with padding 0)."""
+    nd = len(pairs)
+    modes = (padding_mode,) * nd if isinstance(padding_mode, str) else padding_mode
+    if all(m == "zeros" for m in modes):
+        return (), tuple(pairs)
+    if len(set(modes)) == 1:
+        return ((tuple(pairs), _PAD_MODE_CANON[modes[0]]),), None
+    steps: list[tuple[Pairs, str]] = []
+    zero_pairs = list(pairs)
+    for i, m in enumerate(modes):
+        if m != "zeros" and pairs[i] != (0, 0):
+            one: Pairs = tuple(pairs[i] if j == i else (0, 0) for j in range(nd))
+            steps.append((one, _PAD_MODE_CANON[m]))
+            zero_pairs[i] = (0, 0)
+    return tuple(steps), tuple(zero_pairs)
+
+
+def pad_steps(x: Tensor, steps: tuple[tuple[Pairs, str], ...], fname: str) -> Tensor:
+    """The :func:`mode_pads` steps on ``x``."""
+    for step_pairs, mode in steps:
+        x = _apply_pad(x, step_pairs, mode, 0.0, fname)
+    return x
 
 
 def run_conv_plan(

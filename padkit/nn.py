@@ -374,12 +374,14 @@ class _ConvMixin(_PadConv):
                     input.dtype,
                     tuple(weight.shape),
                     None if bias is None else tuple(bias.shape),
+                    weight.dtype,
                     (self.stride, self.dilation, self.groups, self.padding_mode),
                 )
                 if got is not None:
-                    fields, s, d, g = got
+                    steps, fields, s, d, g = got
+                    x = PF.pad_steps(input, steps, type(self).__name__)
                     conv = PF._CONV[self._nd]
-                    return PF.run_conv_torch(Plan(*fields), conv, input, weight, bias, s, d, g)
+                    return PF.run_conv_torch(Plan(*fields), conv, x, weight, bias, s, d, g)
             return self._forward(input, weight, bias)
         key = (
             input.shape,
@@ -638,6 +640,7 @@ class _ConvTransposeMixin(_PadConv):
                 input.dtype,
                 tuple(self.weight.shape),
                 None if self.bias is None else tuple(self.bias.shape),
+                self.weight.dtype,
                 None if output_size is None else tuple(output_size),
                 (self.stride, self.output_padding, self.groups, self.dilation),
             )

@@ -244,6 +244,14 @@ def test_compile_average_counting_pads_is_pad_then_pool(divisor: int | None) -> 
 STATIC_LAYERS: list[tuple[str, Any]] = [
     *LAYERS,
     ("conv-crop", lambda: pnn.Conv2d(4, 6, (2, 3), padding=((1, 0), (0, 2)))),
+    (
+        "conv-modes",
+        lambda: pnn.Conv2d(4, 4, 3, stride=2, padding="same", padding_mode=("reflect", "zeros")),
+    ),
+    (
+        "conv-circular",
+        lambda: pnn.Conv2d(4, 4, 3, padding=((2, 0), (1, 1)), padding_mode="circular"),
+    ),
     ("conv3d-same-s2", lambda: pnn.Conv3d(4, 4, 3, stride=2, padding="same")),
     ("convT-crops", lambda: pnn.ConvTranspose2d(4, 4, 4, stride=2, padding=((2, 1), (0, 3)))),
     ("max-indices", lambda: pnn.MaxPool2d(3, 2, padding="same", return_indices=True)),
@@ -344,3 +352,31 @@ def test_compiled_model_guards_its_attributes_not_padkits_planner() -> None:
     # what the plans were made from is guarded: each layer's spec and attributes
     assert sum(n.endswith(".pad_spec") for n in set(names)) == 8
     assert sum(n.endswith(".stride") for n in set(names)) == 8
+    # padding modes too (reflect on one axis, zeros on the other)
+    modes = pnn.Conv2d(3, 4, 3, stride=2, padding="same", padding_mode=("reflect", "zeros"))
+    names = guard_names(nn.Sequential(modes), torch.randn(1, 3, 33, 34))
+    assert not [n for n in names if any(p in n for p in planner)]
+
+
+def test_compile_static_training_matches_eager_with_gradients() -> None:
+    # with gradients a zero_extend conv pads its input instead (run-time revision): the
+    # constant plan of the compiled path is revised in the trace as eagerly
+    torch.manual_seed(0)
+    model = nn.Sequential(
+        pnn.Conv2d(3, 8, 3, stride=2, padding="same"),
+        nn.ReLU(),
+        pnn.Conv2d(8, 8, 5, stride=2, padding="same", groups=8),
+        pnn.MaxPool2d(3, 2, padding="same"),
+        pnn.AvgPool2d(2, 1, padding="same"),
+        pnn.ConvTranspose2d(8, 4, 3, stride=2, padding="same"),
+    )
+    torch._dynamo.reset()
+    compiled = torch.compile(model, fullgraph=True, dynamic=False, backend="aot_eager")
+    x = torch.randn(2, 3, 17, 18, requires_grad=True)
+    out, ref = compiled(x), model(x)
+    torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-6)
+    inputs = [x, *model.parameters()]
+    got = torch.autograd.grad(out.square().sum(), inputs)
+    want = torch.autograd.grad(ref.square().sum(), inputs)
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-5)
