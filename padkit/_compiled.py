@@ -165,7 +165,8 @@ def pool_plan(
     records and plans as their fields."""
     meta = torch.empty(shape, dtype=dtype, device="meta")
     if channels_last:
-        meta = meta.contiguous(memory_format=torch.channels_last)
+        fmt = torch.channels_last if len(shape) == 4 else torch.channels_last_3d
+        meta = meta.contiguous(memory_format=fmt)
     if not _runs(layer._forward, meta):
         return None
     rec = layer._op()

@@ -1054,14 +1054,14 @@ def _pool_forward(layer: Any, input: Tensor, op: str, full: Callable[[Tensor], A
                 layer._compiled_key(),
             )
             if got is not None:
-                how, fields, plan, padded = got
+                how, fields, plan_or_pads, padded = got
                 rec = Op(*fields)
                 if how == "plan":
-                    return PF.run_pool_plan(Plan(*plan), rec, input)
+                    return PF.run_pool_plan(Plan(*plan_or_pads), rec, input)
                 if how == "pad_then_pool":
-                    return PF.padded_avg_pool(input, rec, plan)
+                    return PF.padded_avg_pool(input, rec, plan_or_pads)
                 if rec.kind == "avg":
-                    return PF.explicit_avg_traced(input, rec, plan, padded)
+                    return PF.explicit_avg_traced(input, rec, plan_or_pads, padded)
                 return PF.explicit_max_pool(input, rec, padded)
         return full(input)
     key = (

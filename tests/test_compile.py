@@ -253,6 +253,8 @@ STATIC_LAYERS: list[tuple[str, Any]] = [
         lambda: pnn.Conv2d(4, 4, 3, padding=((2, 0), (1, 1)), padding_mode="circular"),
     ),
     ("conv3d-same-s2", lambda: pnn.Conv3d(4, 4, 3, stride=2, padding="same")),
+    ("avg3d-same", lambda: pnn.AvgPool3d(3, 2, padding="same")),
+    ("max3d-same", lambda: pnn.MaxPool3d(3, 2, padding="same")),
     ("convT-crops", lambda: pnn.ConvTranspose2d(4, 4, 4, stride=2, padding=((2, 1), (0, 3)))),
     ("max-indices", lambda: pnn.MaxPool2d(3, 2, padding="same", return_indices=True)),
     ("max-ceil", lambda: pnn.MaxPool2d(3, 2, padding=((0, 1), (1, 1)), ceil_mode=True)),
@@ -262,7 +264,7 @@ STATIC_LAYERS: list[tuple[str, Any]] = [
 
 
 def static_input(name: str, n: int) -> torch.Tensor:
-    if name.startswith("conv3d"):
+    if "3d" in name:
         return torch.randn(2, 4, n, n + 1, n + 2)
     return torch.randn(2, 4, *spatial(name, n))
 
@@ -276,8 +278,9 @@ def test_compile_static_matches_eager(name: str, build: Callable[[], nn.Module])
     for n in (9, 10):  # odd and even: different TF 'same' pads, a graph each
         x = static_input(name, n)
         torch.testing.assert_close(compiled(x), layer(x), rtol=1e-5, atol=1e-5)
-        if x.dim() == 4:
-            cl = x.contiguous(memory_format=torch.channels_last)
+        if x.dim() in (4, 5):
+            fmt = torch.channels_last if x.dim() == 4 else torch.channels_last_3d
+            cl = x.contiguous(memory_format=fmt)
             torch.testing.assert_close(compiled(cl), layer(cl), rtol=1e-5, atol=1e-5)
         if not name.startswith("conv1d"):
             torch.testing.assert_close(compiled(x[0]), layer(x[0]), rtol=1e-5, atol=1e-5)
