@@ -11,32 +11,14 @@ from __future__ import annotations
 
 from .spec import (
     RULES as RULES,
-)
-from .spec import (
     TRANSPOSE_RULES as TRANSPOSE_RULES,
-)
-from .spec import (
     Padding as Padding,
-)
-from .spec import (
     PaddingError as PaddingError,
-)
-from .spec import (
     PaddingLike as PaddingLike,
-)
-from .spec import (
     conv_output_size as conv_output_size,
-)
-from .spec import (
     conv_transpose_output_size as conv_transpose_output_size,
-)
-from .spec import (
     conv_transpose_padding as conv_transpose_padding,
-)
-from .spec import (
     pool_output_size as pool_output_size,
-)
-from .spec import (
     resolve_padding as resolve_padding,
 )
 

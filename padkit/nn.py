@@ -18,9 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from . import _compiled
-from . import functional as PF
-from . import quantization as _quantization
+from . import _compiled, functional as PF, quantization as _quantization
 from .native import _dispatch as _backend
 from .op import Op
 from .plan import Plan, plan_conv, plan_pool

@@ -15,8 +15,7 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 from jax import lax
 from oracles import (
     jax_avg_pool,

@@ -21,8 +21,7 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 from oracles import (
     ort_avg_pool,
     ort_conv,

@@ -16,8 +16,7 @@ from collections.abc import Callable, Sequence
 import pytest
 import torch
 import torch.nn.functional as F
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 from torch import Tensor, nn
 from torch.nn.utils.parametrizations import weight_norm
 

@@ -13,8 +13,7 @@ from collections.abc import Sequence
 import pytest
 import torch
 import torch.nn.functional as F
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 from pytorch_tcn import TCN
 from torch import Tensor, nn
 from torch.nn.utils import parametrize

@@ -9,8 +9,10 @@ only when :func:`load` runs.
 
 from __future__ import annotations
 
-from ._errors import OnnxImportError as OnnxImportError
-from ._errors import UnsupportedOnnxError as UnsupportedOnnxError
+from ._errors import (
+    OnnxImportError as OnnxImportError,
+    UnsupportedOnnxError as UnsupportedOnnxError,
+)
 from ._graph import load as load
 from ._registry import supported_ops as supported_ops
 

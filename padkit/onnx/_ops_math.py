@@ -11,8 +11,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from . import _runtime as R
-from . import _unsigned as U
+from . import _runtime as R, _unsigned as U
 from ._graph import Const, NodeContext, Value
 from ._registry import register
 

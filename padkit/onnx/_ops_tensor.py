@@ -9,8 +9,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from . import _runtime as R
-from . import _unsigned as U
+from . import _runtime as R, _unsigned as U
 from ._graph import ONNX_DTYPES, Const, NodeContext, Value, tensor_from_proto
 from ._registry import register
 

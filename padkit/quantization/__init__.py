@@ -17,95 +17,35 @@ from typing import Any
 
 from .eager import (
     ConvBn1d as ConvBn1d,
-)
-from .eager import (
     ConvBn2d as ConvBn2d,
-)
-from .eager import (
     ConvBn3d as ConvBn3d,
-)
-from .eager import (
     ConvBnReLU1d as ConvBnReLU1d,
-)
-from .eager import (
     ConvBnReLU2d as ConvBnReLU2d,
-)
-from .eager import (
     ConvBnReLU3d as ConvBnReLU3d,
-)
-from .eager import (
     ConvReLU1d as ConvReLU1d,
-)
-from .eager import (
     ConvReLU2d as ConvReLU2d,
-)
-from .eager import (
     ConvReLU3d as ConvReLU3d,
-)
-from .eager import (
     QATConv1d as QATConv1d,
-)
-from .eager import (
     QATConv2d as QATConv2d,
-)
-from .eager import (
     QATConv3d as QATConv3d,
-)
-from .eager import (
     QATConvBn1d as QATConvBn1d,
-)
-from .eager import (
     QATConvBn2d as QATConvBn2d,
-)
-from .eager import (
     QATConvBn3d as QATConvBn3d,
-)
-from .eager import (
     QATConvBnReLU1d as QATConvBnReLU1d,
-)
-from .eager import (
     QATConvBnReLU2d as QATConvBnReLU2d,
-)
-from .eager import (
     QATConvBnReLU3d as QATConvBnReLU3d,
-)
-from .eager import (
     QATConvReLU1d as QATConvReLU1d,
-)
-from .eager import (
     QATConvReLU2d as QATConvReLU2d,
-)
-from .eager import (
     QATConvReLU3d as QATConvReLU3d,
-)
-from .eager import (
     QuantizedConv1d as QuantizedConv1d,
-)
-from .eager import (
     QuantizedConv2d as QuantizedConv2d,
-)
-from .eager import (
     QuantizedConv3d as QuantizedConv3d,
-)
-from .eager import (
     QuantizedConvReLU1d as QuantizedConvReLU1d,
-)
-from .eager import (
     QuantizedConvReLU2d as QuantizedConvReLU2d,
-)
-from .eager import (
     QuantizedConvReLU3d as QuantizedConvReLU3d,
-)
-from .eager import (
     fuse_conv_bn as fuse_conv_bn,
-)
-from .eager import (
     fuse_conv_bn_relu as fuse_conv_bn_relu,
-)
-from .eager import (
     fuse_conv_relu as fuse_conv_relu,
-)
-from .eager import (
     register_layers as register_layers,
 )
 

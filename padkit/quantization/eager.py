@@ -563,8 +563,7 @@ def register_layers(convs: dict[int, type[nn.Module]], transposed: dict[int, typ
     ``fuse_modules_qat``, ``prepare``, ``prepare_qat`` and ``convert`` handle them.
     ``padkit.nn`` calls this once on import. Entries torch already has are kept."""
     _PADKIT_CONVS.update(convs)
-    from torch.ao.quantization import fuser_method_mappings as fmm
-    from torch.ao.quantization import quantization_mappings as qm
+    from torch.ao.quantization import fuser_method_mappings as fmm, quantization_mappings as qm
 
     fusers: dict[tuple[Any, ...], Callable[..., nn.Module]] = {}
     bns = {1: nn.BatchNorm1d, 2: nn.BatchNorm2d, 3: nn.BatchNorm3d}

@@ -14,8 +14,7 @@ import torch
 from torch import Tensor, nn
 
 from .. import functional as PF
-from ..op import TORCH_KINDS as _TORCH_KINDS_ALL
-from ..op import Op
+from ..op import TORCH_KINDS as _TORCH_KINDS_ALL, Op
 from ..spec import (
     Padding,
     PaddingError,
