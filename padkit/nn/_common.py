@@ -1,0 +1,246 @@
+"""What every padkit layer shares: argument checks, the eager fast path (a plan remembered per
+input shape and live attributes) and TorchScript's plain-layer stand-in."""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from .. import functional as PF
+from ..op import Op
+from ..spec import Padding, PaddingError, PaddingLike, _as_int
+
+
+def _spec(padding: PaddingLike, nd: int, cls: str) -> Padding:
+    try:
+        return Padding.parse(padding, nd)
+    except (PaddingError, TypeError) as err:
+        raise type(err)(f"{cls}: {err}") from None
+
+
+def _hashable(value: Any) -> Any:
+    """A list argument (JSON configs give lists) as a tuple, for the per-shape memo key."""
+    return tuple(value) if type(value) is list else value
+
+
+def _check_channels(cls: str, in_channels: Any, out_channels: Any, groups: int) -> None:
+    """torch's channel/group rules, with the values in the message."""
+    try:
+        cin = _as_int(in_channels, "in_channels")
+        cout = _as_int(out_channels, "out_channels")
+    except TypeError as err:
+        raise TypeError(f"{cls}: {err}") from None
+    for name, value in (("in_channels", cin), ("out_channels", cout)):
+        if value < 1 or value % groups:
+            raise ValueError(
+                f"{cls}: {name}={value} must be a positive multiple of groups={groups}"
+            )
+
+
+def _padding_repr(spec: Padding) -> str:
+    return (
+        spec.describe()
+        if spec.ndim is None
+        else repr(spec.to_jax())
+        if spec.is_explicit
+        else ("(" + ", ".join(repr(a) for a in spec.axes) + ")")
+    )
+
+
+def _is_proxy(value: Any) -> bool:
+    """An input traced by torch.fx: layers then call padkit.functional (fx-wrapped)."""
+    return isinstance(value, torch.fx.Proxy)
+
+
+def _fx_padding(spec: Padding, cls: str) -> Any:
+    """The spec as plain values that torch.fx can write into generated code."""
+    if spec.ceil_mode:
+        raise PaddingError(
+            f"{cls}: torch.fx cannot carry Caffe ceil-rounded padding ({spec.describe()}) into "
+            "generated code; trace the model with torch.jit.trace, torch.export or torch.compile"
+        )
+    return tuple(spec.axes)
+
+
+# ----------------------------------------------------------------------------- fast path
+#
+# A layer called again with an input of the same shape runs exactly what its first call
+# ran, without re-parsing its arguments or re-planning: the first call (the full path, with
+# every check) stores a closure per key, later calls look it up. Tracing (torch.compile,
+# torch.export, the ONNX exporters, torch.jit) always takes the full path.
+
+_FastFn = Callable[..., Any]
+
+
+def _tracing() -> bool:
+    return bool(torch.compiler.is_compiling() or torch._C._get_tracing_state())
+
+
+class _FastCache(dict[tuple[Any, ...], "_FastFn | None"]):
+    """Per-layer memo: key -> closure (None: this key always takes the full path)."""
+
+    MAX_ENTRIES = 64
+
+    def remember(self, key: tuple[Any, ...], fn: _FastFn | None) -> None:
+        if len(self) >= self.MAX_ENTRIES:
+            self.clear()
+        self[key] = fn
+
+
+# The memo of each layer lives here, keyed by the layer object, never in the layer's
+# ``__dict__``: a layer's ``__dict__`` holds only plain data, so pickling or copying it
+# (torch-pruning's ``state_dict``, ``copy.copy``, multiprocessing) never meets a closure, and a
+# copy starts with an empty memo of its own (no entry can go stale when its attributes change).
+_FAST: weakref.WeakKeyDictionary[Any, _FastCache] = weakref.WeakKeyDictionary()
+
+
+class _Live:
+    """``.padding`` read and written as on the torch layer, kept as one canonical spec.
+
+    The spec (``pad_spec``) is the only stored copy; what ``.padding`` shows (torch's
+    symmetric tuple where one exists, else the spec) is derived from it and the layer's
+    live ``kernel_size``/``stride``/``dilation``, and assigning ``.padding`` (any padkit
+    form, torch ints and tuples included) re-parses it. The checked-op record is built
+    from the live attributes whenever the layer meets a new input shape or arguments.
+    """
+
+    pad_spec: Padding
+    _nd: int
+
+    def _op(self) -> Op:
+        raise NotImplementedError  # each layer family builds its record
+
+    def resolved_padding(
+        self, input_size: Sequence[int] | None = None
+    ) -> tuple[tuple[int, int], ...]:
+        """The ``(lo, hi)`` pads per spatial axis (``input_size`` where they depend on it)."""
+        return self._pairs(self._op(), input_size)
+
+    def _pairs(self, op: Op, input_size: Sequence[int] | None) -> tuple[tuple[int, int], ...]:
+        static = op.static_pairs()
+        if static is not None:
+            return static
+        if input_size is None:
+            raise PaddingError(
+                f"{type(self).__name__}: padding {self.pad_spec.describe()} depends on the input "
+                "size; pass input_size"
+            )
+        return PF.resolve(
+            op.padding, op.kernel, op.stride, op.dilation, tuple(input_size)[-self._nd :]
+        )
+
+    @property
+    def padding(self) -> Any:
+        spec = self.__dict__.get("pad_spec")
+        if spec is None:  # inside the torch base class's __init__
+            return (0,) * self._nd
+        try:
+            op = self._op()
+        except AttributeError:  # inside the torch base class's __init__
+            return (0,) * self._nd
+        except (PaddingError, TypeError, ValueError):
+            return spec
+        if op.kind == "conv_transpose" and not spec.is_explicit:
+            return spec
+        return op.torch_padding()
+
+    @padding.setter
+    def padding(self, value: PaddingLike) -> None:
+        self.pad_spec = _spec(value, self._nd, type(self).__name__)
+
+
+def _fast_cache(module: Any) -> _FastCache:
+    """The layer's memo (created empty on first use; a layer that cannot be weakly referenced
+    or hashed gets a fresh one per call, i.e. always takes the full path)."""
+    try:
+        cache = _FAST.get(module)
+        if cache is None:
+            cache = _FAST[module] = _FastCache()
+    except TypeError:
+        return _FastCache()
+    return cache
+
+
+class _PaddedWeight:
+    """The zero-extended kernel of a frozen weight, rebuilt when the weight changes."""
+
+    def __init__(self, ext: Sequence[int]) -> None:
+        self.ext = ext
+        self.source: Tensor | None = None
+        self.stamp: tuple[int, int] = (0, -1)
+        self.padded: Tensor | None = None
+
+    def __call__(self, weight: Tensor) -> Tensor:
+        if torch.is_grad_enabled() and weight.requires_grad:
+            return F.pad(weight, self.ext)
+        stamp = (weight.data_ptr(), weight._version)
+        if self.source is not weight or self.stamp != stamp or self.padded is None:
+            self.padded = F.pad(weight.detach(), self.ext)
+            self.source, self.stamp = weight, stamp
+        return self.padded
+
+
+def _conv_fast(layer: Any, x: Tensor) -> _FastFn | None:
+    nd = layer._nd
+    if x.dim() != nd + 2 or layer.padding_mode != "zeros":
+        return None
+    op = layer._op()
+    plan = layer.plan(tuple(x.shape))
+    conv = PF._CONV[nd]
+    s, d, g = op.stride, op.dilation, op.groups
+    extend = (
+        _PaddedWeight(PF._torch_pad(plan.kernel_ext)) if plan.strategy == "zero_extend" else None
+    )
+    # the closure takes the weight and bias as arguments: replicas (DataParallel) and
+    # _conv_forward callers (weight norm, fake-quant wrappers) share the memo
+    return lambda x, w, b: PF.run_conv_plan(plan, conv, x, w, b, s, d, g, extend=extend)
+
+
+# ----------------------------------------------------------------------------- TorchScript
+
+
+def _script_refusal(layer: Any, op: Op) -> str | None:
+    """Why the plain torch layer would not compute what ``layer`` computes, or None."""
+    static = op.static_pairs()
+    if static is None:
+        return f"its padding {op.padding.describe()} depends on the input size"
+    if any(lo != hi for lo, hi in static):
+        return f"its pads {static} differ per side, which torch's layer cannot express"
+    if isinstance(op.padding_mode, tuple):
+        return f"its padding_mode {op.padding_mode} differs per axis"
+    if op.kind == "max" and any(2 * lo > k for (lo, _), k in zip(static, op.kernel)):
+        return f"its pads {static} exceed half the kernel {op.kernel}, which torch refuses"
+    if op.kind == "avg" and op.dilation != (1,) * op.nd:
+        return f"it is a dilated average pool (dilation={op.dilation}), which torch lacks"
+    if op.kind == "lp" and (any(lo for lo, _ in static) or op.dilation != (1,) * op.nd):
+        return "torch's LPPool has no padding or dilation"
+    return None
+
+
+def _scriptable(layer: Any) -> nn.Module:
+    cls = type(layer).__name__
+    op = layer._op()
+    why = _script_refusal(layer, op)
+    if why is not None:
+        raise TypeError(
+            f"torch.jit.script cannot compile padkit.nn.{cls}: {why}, and TorchScript cannot "
+            "run padkit's Python padding. Use torch.jit.trace, torch.export or torch.compile "
+            "(or padkit's ONNX export), which run padkit exactly"
+        )
+    base: Any = next(c for c in type(layer).__mro__ if c.__module__.startswith("torch.nn.modules"))
+    plain: Any = base.__new__(base)
+    state = {k: v for k, v in layer.__dict__.items() if k != "pad_spec"}
+    for key in ("_parameters", "_buffers", "_modules"):
+        state[key] = dict(state[key])
+    plain.__dict__.update(state)
+    pads = tuple(lo for lo, _ in op.static_pairs())
+    plain.padding = pads[0] if op.is_pool and len(set(pads)) == 1 else pads
+    plain.stride = op.stride
+    if op.kind in ("conv", "conv_transpose"):
+        plain._reversed_padding_repeated_twice = [p for p in reversed(pads) for _ in range(2)]
+    return plain  # type: ignore[no-any-return]
