@@ -261,6 +261,23 @@ def max_abs_diff(a: torch.Tensor, b: torch.Tensor) -> float:
     return float((a.double() - b.double()).abs().max())
 
 
+def randomize_bn(model: torch.nn.Module, seed: int = 0, *, affine: bool = True) -> torch.nn.Module:
+    """``model`` in eval mode with random BatchNorm2d statistics (and, with ``affine``, scales
+    and shifts): a model built with random weights then computes more than the identity in
+    each BatchNorm, so a wrong pad or crop shows in its output."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for m in model.modules():
+            if isinstance(m, torch.nn.BatchNorm2d) and m.running_mean is not None:
+                c = m.num_features
+                m.running_mean.copy_(torch.randn(c, generator=g) * 0.2)
+                m.running_var.copy_(torch.rand(c, generator=g) + 0.5)
+                if affine and m.affine:
+                    m.weight.copy_(torch.rand(c, generator=g) + 0.5)
+                    m.bias.copy_(torch.randn(c, generator=g) * 0.2)
+    return model.eval()
+
+
 def _cpu_model() -> str:
     try:
         with open("/proc/cpuinfo") as fh:

@@ -34,25 +34,11 @@ from torch import Tensor, nn
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import env_header, fmt_ratio, markdown_table, measure_case
+from common import env_header, fmt_ratio, markdown_table, measure_case, randomize_bn
 
 from padkit.surgery import SurgeryError, dilate, dilation_error
 
 SIZES = ((128, 128), (225, 200))
-
-
-def randomize_bn(model: nn.Module, seed: int = 0) -> nn.Module:
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for m in model.modules():
-            if isinstance(m, nn.BatchNorm2d) and m.running_mean is not None:
-                c = m.num_features
-                m.running_mean.copy_(torch.randn(c, generator=g) * 0.2)
-                m.running_var.copy_(torch.rand(c, generator=g) + 0.5)
-                if m.affine:
-                    m.weight.copy_(torch.rand(c, generator=g) + 0.5)
-                    m.bias.copy_(torch.randn(c, generator=g) * 0.2)
-    return model.eval()
 
 
 class Features(nn.Module):

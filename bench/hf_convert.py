@@ -25,20 +25,9 @@ from torch import nn
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import env_header, fmt_ratio, markdown_table, max_abs_diff, measure_case
+from common import env_header, fmt_ratio, markdown_table, max_abs_diff, measure_case, randomize_bn
 
 from padkit.surgery import convert
-
-
-def randomize_bn(model: nn.Module, seed: int = 0) -> nn.Module:
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for m in model.modules():
-            if isinstance(m, nn.BatchNorm2d) and m.running_mean is not None:
-                c = m.num_features
-                m.running_mean.copy_(torch.randn(c, generator=g) * 0.2)
-                m.running_var.copy_(torch.rand(c, generator=g) + 0.5)
-    return model.eval()
 
 
 def models() -> dict[str, nn.Module]:
@@ -48,10 +37,12 @@ def models() -> dict[str, nn.Module]:
     torch.manual_seed(0)
     return {
         "MobileNetV2Model(tf_padding=True)": randomize_bn(
-            transformers.MobileNetV2Model(transformers.MobileNetV2Config(tf_padding=True))
+            transformers.MobileNetV2Model(transformers.MobileNetV2Config(tf_padding=True)),
+            affine=False,
         ),
         'BitModel(global_padding="SAME")': randomize_bn(
-            transformers.BitModel(transformers.BitConfig(global_padding="SAME"))
+            transformers.BitModel(transformers.BitConfig(global_padding="SAME")),
+            affine=False,
         ),
     }
 
