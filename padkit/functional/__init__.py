@@ -72,32 +72,6 @@ from ._transpose import (
     transpose_layout as transpose_layout,
 )
 
-# torch.fx: a traced model records each of these as one call (its padding is resolved when the
-# graph runs, from the actual input size), instead of tracing into padkit's Python. Wrapped
-# here, where models look them up (padkit.functional.conv2d), and named as this package's.
-for _name in (
-    "conv1d",
-    "conv2d",
-    "conv3d",
-    "conv_transpose1d",
-    "conv_transpose2d",
-    "conv_transpose3d",
-    "max_pool1d",
-    "max_pool2d",
-    "max_pool3d",
-    "avg_pool1d",
-    "avg_pool2d",
-    "avg_pool3d",
-    "lp_pool1d",
-    "lp_pool2d",
-    "lp_pool3d",
-    "pad",
-):
-    globals()[_name].__module__ = __name__
-    torch.fx.wrap(_name)
-del _name
-
-
 __all__ = [
     "PADDING_MODES",
     "avg_pool1d",
@@ -117,3 +91,13 @@ __all__ = [
     "max_pool3d",
     "pad",
 ]
+
+# torch.fx: a traced model records each public function as one call (its padding is resolved
+# when the graph runs, from the actual input size), instead of tracing into padkit's Python.
+# Wrapped here, where models look them up (padkit.functional.conv2d), and named as this
+# package's.
+for _name in __all__:
+    if callable(globals()[_name]):
+        globals()[_name].__module__ = __name__
+        torch.fx.wrap(_name)
+del _name
