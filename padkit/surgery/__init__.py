@@ -30,8 +30,9 @@ holding their layers has imported them).
 """
 
 from ._common import PORT_TARGETS, Change, Skip, SurgeryError, SurgeryReport
+from ._lattice import LatticeGate
 from .convert import convert
-from .dilate import LatticeGate, dilate, dilation_error
+from .dilate import dilate, dilation_error
 from .fuse import fuse_pads
 from .lower import InputSizeGuard, lower
 
