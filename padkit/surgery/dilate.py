@@ -211,7 +211,7 @@ class _Dilation:
                 f"{where}, and it is called {self.calls.get(event.path, 0)} times per forward; "
                 "pads in code are re-derived in modules called once",
             )
-        from .convert import _CodePads
+        from ._code_pads import _CodePads
 
         finder = _CodePads(self.root, SurgeryReport("dilate"))
         finder.events = self.events

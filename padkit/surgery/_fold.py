@@ -1,0 +1,108 @@
+"""Folding a pad into the conv or pool that reads it: the padkit layer equal to ``layer(pad(x))``
+(static pads or a same-family rule, in any pad mode), or the reason none is exact."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import Any
+
+from torch import nn
+
+from ..spec import (
+    Padding,
+)
+from ._common import (
+    _Layer,
+    _layer,
+)
+
+_PAD_MODULES: dict[type, tuple[int, str]] = {
+    nn.ZeroPad1d: (1, "constant"),
+    nn.ZeroPad2d: (2, "constant"),
+    nn.ZeroPad3d: (3, "constant"),
+    nn.ConstantPad1d: (1, "constant"),
+    nn.ConstantPad2d: (2, "constant"),
+    nn.ConstantPad3d: (3, "constant"),
+    nn.ReflectionPad1d: (1, "reflect"),
+    nn.ReflectionPad2d: (2, "reflect"),
+    nn.ReflectionPad3d: (3, "reflect"),
+    nn.ReplicationPad1d: (1, "replicate"),
+    nn.ReplicationPad2d: (2, "replicate"),
+    nn.ReplicationPad3d: (3, "replicate"),
+    nn.CircularPad1d: (1, "circular"),
+    nn.CircularPad2d: (2, "circular"),
+    nn.CircularPad3d: (3, "circular"),
+}
+
+
+def _fold(pad: nn.Module, target: nn.Module) -> tuple[_Layer | None, str]:
+    """The padkit layer equal to ``target(pad(x))``, or None and the reason it is not exact."""
+    nd, mode = _PAD_MODULES[type(pad)]
+    p: Any = pad
+    value = float(getattr(p, "value", 0.0))
+    if isinstance(target, (nn.ConvTranspose1d, nn.ConvTranspose2d, nn.ConvTranspose3d)):
+        return None, "padding a transposed conv's input is not a crop of its output"
+    layer = _layer(target)
+    if layer is None:
+        return None, f"{type(target).__name__} is not a torch or padkit conv/pool"
+    if layer.nd != nd:
+        return None, f"a {nd}-d pad before a {layer.nd}-d {type(target).__name__}"
+    pads = Padding.from_torch_pad(p.padding, allow_negative=True)
+    added = tuple(a for a in pads.axes if isinstance(a, tuple))
+    if any(min(a) < 0 for a in added):
+        return None, f"the pad {tuple(p.padding)} crops (negative pads)"
+    return _fold_into(layer, type(target).__name__, added, mode, value)
+
+
+Rule = str | tuple[int, int]
+
+
+def _fold_into(
+    layer: _Layer, name: str, added: Sequence[Rule], mode: str, value: float
+) -> tuple[_Layer | None, str]:
+    """The padkit layer equal to ``layer`` run on its input padded by ``added`` (per axis:
+    static ``(lo, hi)`` pads or a same-family rule), or None and the reason it is not
+    exact."""
+    own = layer.static_pairs()
+    if own is None:
+        return None, f"its padding {layer.padding.describe()} depends on the input size"
+    has_own = any(v != 0 for pair in own for v in pair)
+    axes: list[Rule] = []
+    for rule, pair in zip(added, own):
+        if isinstance(rule, str):
+            if pair != (0, 0):
+                return None, f"a {rule!r} pad followed by {name}'s own padding {own}"
+            axes.append(rule)
+        else:
+            axes.append((rule[0] + pair[0], rule[1] + pair[1]))
+    total = Padding(tuple(axes))
+    if mode != "constant":
+        if layer.kind != "conv":
+            return None, f"{mode} padding before a pool has no padkit pool equivalent"
+        if has_own:
+            return None, f"{mode} padding followed by the conv's own padding {own}"
+        return replace(layer, padding=total, padding_mode=mode), mode
+    if layer.kind == "conv":
+        if value != 0.0:
+            return None, f"constant value {value} (a conv pads with zeros)"
+        if has_own and layer.padding_mode != "zeros":
+            return None, f"the conv pads again with padding_mode={layer.padding_mode!r}"
+        return replace(layer, padding=total, padding_mode="zeros"), "zeros"
+    if layer.ceil_mode:
+        return None, "ceil_mode on the explicitly padded input drops windows differently"
+    if layer.kind == "max":
+        if value != -math.inf:
+            return None, (
+                f"a max pool after padding with {value} is exact only if no input is below "
+                f"{value}; padkit's max pools pad with -inf"
+            )
+        if layer.return_indices:
+            return None, "return_indices refer to the padded input"
+        return replace(layer, padding=total), "-inf"
+    if value != 0.0:
+        return None, f"constant value {value} (padkit's {layer.kind} pools pad with zeros)"
+    if layer.kind == "avg" and has_own and not layer.count_include_pad:
+        return None, "the pool excludes its own pad but counts the explicit zeros"
+    return replace(layer, padding=total, count_include_pad=True), "zeros"
