@@ -14,7 +14,11 @@ size (wall clock, and CPU seconds of the process and the compile workers it wait
 each model compiled in a fresh process with an empty inductor cache (so neither
 model reuses kernels the other compiled; ``--dynamic``: one graph with symbolic sizes, so
 the second size costs nothing unless something specialises; static, torch's
-``dynamic=False``: one graph per size), with the number of graphs; then eager and
+``dynamic=False``: one graph per size), with the number of graphs. A first compile,
+not counted, warms the machine (the first process after a while reads torch and the
+compiler from disk: it took 18 s where the next took 13.7 s); then ``--compile-runs``
+runs compile the three models, each run in another order, and a cell is the median of
+the runs with their [min-max]. Then eager and
 compiled time per call, each as the median over paired rounds of padkit / twin (and of
 padkit / F.pad twin) (every
 round times both, interleaved, see bench/common.py), with the [min-max] of the rounds.
@@ -139,8 +143,17 @@ def main() -> None:
         help="seconds a model may take to compile both sizes; one that takes longer is "
         "reported as such and left out of the timing",
     )
+    ap.add_argument(
+        "--compile-runs",
+        type=int,
+        default=3,
+        help="fresh-process compiles of each model (after one uncounted warm-up); the table "
+        "gives their median",
+    )
     ap.add_argument("--child", choices=["padkit", "twin", "F.pad twin"], help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.compile_runs < 1:
+        ap.error(f"--compile-runs must be 1 or more, got {args.compile_runs}")
     torch.set_num_threads(args.threads)
     size1 = tuple(args.size) * (2 // len(args.size))
     size2 = tuple(args.size2) * (2 // len(args.size2))
@@ -155,26 +168,46 @@ def main() -> None:
 
     argv = sys.argv[1:]
     names = ("padkit", "twin", "F.pad twin")
+    warm = tempfile.mkdtemp(prefix="padkit-bench-child-inductor-")
+    compile_in_child("twin", warm, argv, args.limit)  # not counted: warms the machine
+    shutil.rmtree(warm, ignore_errors=True)
     caches = {name: tempfile.mkdtemp(prefix="padkit-bench-child-inductor-") for name in names}
-    took = {name: compile_in_child(name, cache, argv, args.limit) for name, cache in caches.items()}
+    runs: dict[str, list[dict[str, Any]]] = {name: [] for name in names}
     over = f"over {args.limit:.0f} s"
+    timed_out: set[str] = set()
+    for r in range(args.compile_runs):
+        for name in names[r % 3 :] + names[: r % 3]:  # each run in another order
+            if name in timed_out:
+                continue
+            shutil.rmtree(caches[name], ignore_errors=True)
+            os.makedirs(caches[name])
+            result = compile_in_child(name, caches[name], argv, args.limit)
+            if result is None:
+                timed_out.add(name)
+            else:
+                runs[name].append(result)
+    took = {name: None if name in timed_out else runs[name] for name in names}
 
-    def cell(r: dict[str, Any] | None, which: str) -> str:
-        if r is None:
+    def median(rs: list[dict[str, Any]], which: str, i: int) -> float:
+        return statistics.median(r[which][i] for r in rs)
+
+    def cell(rs: list[dict[str, Any]] | None, which: str) -> str:
+        if rs is None:
             return over
-        wall, cpu = r[which]
-        return f"{wall:.1f} / {cpu:.1f}"
+        walls = [r[which][0] for r in rs]
+        spread = f" [{min(walls):.1f}–{max(walls):.1f}]" if len(rs) > 1 else ""
+        return f"{median(rs, which, 0):.1f}{spread} / {median(rs, which, 1):.1f}"
 
     def ratio(a: str, b: str, which: str) -> str:
         ra, rb = took[a], took[b]
         if ra is None or rb is None:
             return "–"
-        (wa, ca), (wb, cb) = ra[which], rb[which]
-        return f"{wa / wb:.2f} / {ca / cb:.2f}"
+        wall = median(ra, which, 0) / median(rb, which, 0)
+        return f"{wall:.2f} / {median(ra, which, 1) / median(rb, which, 1):.2f}"
 
     rows = [
-        [name, cell(r, "first"), cell(r, "second"), "–" if r is None else str(int(r["graphs"]))]
-        for name, r in took.items()
+        [name, cell(rs, "first"), cell(rs, "second"), "–" if rs is None else str(rs[0]["graphs"])]
+        for name, rs in took.items()
     ]
     for other in ("twin", "F.pad twin"):
         rows.append(
@@ -183,7 +216,7 @@ def main() -> None:
     print(
         markdown_table(
             [
-                "compile: wall / CPU (s)",
+                f"compile: wall [min-max] / CPU (s), median of {args.compile_runs}",
                 f"first {size1[0]}x{size1[1]}",
                 f"second {size2[0]}x{size2[1]}",
                 "graphs",
