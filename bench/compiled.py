@@ -176,7 +176,7 @@ def main() -> None:
     over = f"over {args.limit:.0f} s"
     timed_out: set[str] = set()
     for r in range(args.compile_runs):
-        for name in names[r % 3 :] + names[: r % 3]:  # each run in another order
+        for name in names[r % len(names) :] + names[: r % len(names)]:  # each run in another order
             if name in timed_out:
                 continue
             shutil.rmtree(caches[name], ignore_errors=True)

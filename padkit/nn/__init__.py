@@ -11,7 +11,7 @@ per input shape and cached.
 from __future__ import annotations
 
 from .. import quantization as _quantization
-from ._common import _FAST as _FAST, _hashable as _hashable, _Live as _Live, _PaddedWeight
+from ._common import _FAST as _FAST, _hashable as _hashable, _Live as _Live
 from ._conv import Conv1d as Conv1d, Conv2d as Conv2d, Conv3d as Conv3d, _ConvMixin as _ConvMixin
 from ._pool import (
     AvgPool1d as AvgPool1d,
@@ -48,29 +48,12 @@ __all__ = [
     "MaxPool3d",
 ]
 
-# The layers (and the small object a grown-kernel plan keeps) are named as this package's,
-# where they lived before it was split into modules: pickles made then still load, and
-# reprs, torch.fx and the docs show ``padkit.nn.Conv2d``.
-for _cls in (
-    AvgPool1d,
-    AvgPool2d,
-    AvgPool3d,
-    Conv1d,
-    Conv2d,
-    Conv3d,
-    ConvTranspose1d,
-    ConvTranspose2d,
-    ConvTranspose3d,
-    LPPool1d,
-    LPPool2d,
-    LPPool3d,
-    MaxPool1d,
-    MaxPool2d,
-    MaxPool3d,
-    _PaddedWeight,
-):
-    _cls.__module__ = __name__
-del _cls
+# The layers are named as this package's, where they lived before it was split into
+# modules: pickles made then still load, and reprs, torch.fx and the docs show
+# ``padkit.nn.Conv2d``.
+for _name in __all__:
+    globals()[_name].__module__ = __name__
+del _name
 
 # fuse_modules, prepare, prepare_qat and convert find modules by exact class: padkit's convs
 # go into their tables with fused, QAT and quantized modules that keep padkit's padding
