@@ -59,8 +59,12 @@ def static_batched(x: Any, nd: int) -> bool:
     )
 
 
+def _empty(shape: tuple[int, ...], dtype: torch.dtype) -> Tensor:
+    return torch.empty(shape, dtype=dtype, device="meta")
+
+
 def _meta(shape: tuple[int, ...] | None, dtype: torch.dtype) -> Tensor | None:
-    return None if shape is None else torch.empty(shape, dtype=dtype, device="meta")
+    return None if shape is None else _empty(shape, dtype)
 
 
 def _runs(full: Any, *args: Any) -> bool:
@@ -76,6 +80,45 @@ def _fields(record: Plan | Op) -> Fields:
     return tuple(getattr(record, f.name) for f in dataclasses.fields(record))
 
 
+#: A planner's answer: steps that :func:`run` applies to the input, each a tuple whose first
+#: item names it: ``("pad", flat, value)`` (a constant pad, ``F.pad``'s last-axis-first
+#: list), ``("steps", steps, fname)`` (padding-mode pads, :func:`padkit.functional.pad_steps`),
+#: ``("wpad", flat)`` (the weight padded by zeros: a kernel grown by zero taps),
+#: ``("call", name, *args)`` (``torch.<name>(x, weight, bias, *args)``) and
+#: ``("narrow", dim, start, length)``.
+Program = tuple[tuple[Any, ...], ...]
+
+
+def run(program: Program, x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
+    """``program`` on ``x``: what the trace holds of a layer whose plan was made outside it.
+    Dynamo unrolls the loop (the program is a constant) and guards only what is read here,
+    so this reads as few globals as it can."""
+    for step in program:
+        kind = step[0]
+        if kind == "pad":
+            x = torch.constant_pad_nd(x, step[1], step[2])
+        elif kind == "steps":
+            x = PF.pad_steps(x, step[1], step[2])
+        elif kind == "wpad":
+            weight = torch.constant_pad_nd(weight, step[1])
+        elif kind == "call":
+            x = getattr(torch, step[1])(x, weight, bias, *step[2:])
+        else:
+            x = x.narrow(step[1], step[2], step[3])
+    return x
+
+
+def _narrows(full: tuple[int, ...], skip: tuple[int, ...], size: tuple[int, ...]) -> Program:
+    """The narrows that take ``size`` elements from ``skip`` on each spatial axis of an
+    output of shape ``full``."""
+    nd = len(size)
+    return tuple(
+        ("narrow", len(full) - nd + i, a, n)
+        for i, (a, n) in enumerate(zip(skip, size))
+        if a or n != full[len(full) - nd + i]
+    )
+
+
 @_constant
 def conv_plan(
     layer: Any,
@@ -85,13 +128,16 @@ def conv_plan(
     wshape: tuple[int, ...],
     bshape: tuple[int, ...] | None,
     wdtype: torch.dtype,
+    grad: bool,
     key: tuple[Any, ...],
-) -> tuple[Any, ...] | None:
-    """A conv layer's input pads by padding mode (:func:`padkit.functional.mode_pads`), its
-    plan fields for the rest, and (stride, dilation, groups), for an input of ``shape``.
-    ``spec`` (the layer's ``pad_spec``) and ``key`` (its other live attributes) are what
-    the trace read, so dynamo guards them."""
-    if not _runs(layer._forward, _meta(shape, dtype), _meta(wshape, wdtype), _meta(bshape, wdtype)):
+) -> Program | None:
+    """A conv layer's :data:`Program` for an input of ``shape``: its padding-mode pads
+    (:func:`padkit.functional.mode_pads`), then its plan on torch's conv as
+    :func:`padkit.functional.run_conv_torch` runs it under ``torch.compile`` (``grad``:
+    the weight takes part in autograd). ``spec`` (the layer's ``pad_spec``) and ``key`` (its
+    other live attributes) are what the trace read, so dynamo guards them."""
+    x, w, b = _empty(shape, dtype), _empty(wshape, wdtype), _meta(bshape, wdtype)
+    if not _runs(layer._forward, x, w, b):
         return None
     op = layer._op()
     pairs = layer.resolved_padding(shape)
@@ -106,7 +152,23 @@ def conv_plan(
         groups=op.groups,
         in_channels=shape[1],
     )
-    return (steps, _fields(plan), op.stride, op.dilation, op.groups)
+    plan = PF.torch_conv_plan(plan, exporting=False, compiling=True, grad=grad)
+    program: list[tuple[Any, ...]] = []
+    if steps:
+        program.append(("steps", steps, type(layer).__name__))
+        x = PF.pad_steps(x, steps, type(layer).__name__)
+    if plan.strategy == "zero_extend":
+        program.append(("wpad", PF._torch_pad(plan.kernel_ext)))
+        w = torch.constant_pad_nd(w, PF._torch_pad(plan.kernel_ext))
+    elif plan.strategy in ("residual_pad", "explicit") and any(map(any, plan.pre_pad)):
+        program.append(("pad", PF._torch_pad(plan.pre_pad), 0.0))
+        x = torch.constant_pad_nd(x, PF._torch_pad(plan.pre_pad))
+    args = (op.stride, plan.native_padding, op.dilation, op.groups)
+    program.append(("call", f"conv{op.nd}d", *args))
+    full = tuple(getattr(torch, f"conv{op.nd}d")(x, w, b, *args).shape)
+    if plan.strategy == "crop":
+        program.extend(_narrows(full, plan.skip, plan.out_size))
+    return tuple(program)
 
 
 def _padded(steps: tuple[tuple[PF.Pairs, str], ...], nd: int) -> PF.Pairs:
@@ -127,13 +189,14 @@ def conv_transpose_plan(
     wdtype: torch.dtype,
     output_size: tuple[int, ...] | None,
     key: tuple[Any, ...],
-) -> tuple[Any, ...] | None:
-    """A transposed conv layer's arguments of :func:`padkit.functional.run_transpose` for
-    an input of ``shape`` (the torch conv's padding and output_padding, the slices)."""
+) -> Program | None:
+    """A transposed conv layer's :data:`Program` for an input of ``shape``: torch's
+    transposed conv with its padding and output_padding, then the slices
+    (:func:`padkit.functional.transpose_layout`)."""
     name = type(layer).__name__
     sized = None if output_size is None else list(output_size)
-    weights = (_meta(wshape, wdtype), _meta(bshape, wdtype))
-    if not _runs(layer._full_t, _meta(shape, dtype), sized, weights):
+    x, w, b = _empty(shape, dtype), _empty(wshape, wdtype), _meta(bshape, wdtype)
+    if not _runs(layer._full_t, x, sized, (w, b)):
         return None
     op = layer._op()
     sizes = shape[2:]
@@ -146,7 +209,12 @@ def conv_transpose_plan(
     native_p, native_op, slices = PF.transpose_layout(
         crops, out_pad, op.kernel, op.stride, op.dilation, sizes, name
     )
-    return (op.stride, native_p, native_op, op.groups, op.dilation, slices)
+    args = (op.stride, native_p, native_op, op.groups, op.dilation)
+    fn = f"conv_transpose{op.nd}d"
+    full = tuple(getattr(torch, fn)(x, w, b, *args).shape)
+    skip = tuple(a for a, _ in slices)
+    size = tuple(n - a - e for n, (a, e) in zip(full[2:], slices))
+    return (("call", fn, *args), *_narrows(full, skip, size))
 
 
 @_constant

@@ -32,6 +32,7 @@ from ._conv import (
     pad_steps as pad_steps,
     run_conv_plan as run_conv_plan,
     run_conv_torch as run_conv_torch,
+    torch_conv_plan as torch_conv_plan,
 )
 from ._pad import (
     pad as pad,

@@ -228,21 +228,13 @@ def run_conv_torch(
     extend: Callable[[Tensor], Tensor] | None = None,
 ) -> Tensor:
     """A conv plan on torch's kernels (never the optional oneDNN backend)."""
-    if plan.strategy in ("zero_extend", "crop") and torch.compiler.is_exporting():
-        # torch.export: F.pad + the conv with the symmetric part, the form graph quantizers
-        # (PT2E) and delegates recognise (a crop's surplus outputs would be observed)
-        plan = _as_residual_pad(plan)
-    elif plan.strategy == "crop" and torch.compiler.is_compiling():
-        # torch.compile: one F.pad, which inductor writes from the kernel that produces the
-        # input (or as one cheap copy), costs less than the crop's surplus outputs
-        plan = _as_residual_pad(plan)
-    if plan.strategy == "zero_extend" and (
-        _needs_grad(x, weight, bias) or has_torch_function((weight,))
-    ):
-        # training: the backward of a kernel grown by zero taps (torch's depthwise kernels,
-        # channels-last most of all) costs more than one padded copy of the input; a weight
-        # with __torch_function__ (torch's ExpandedWeights) cannot be padded
-        plan = _as_residual_pad(plan)
+    plan = torch_conv_plan(
+        plan,
+        exporting=torch.compiler.is_exporting(),
+        compiling=torch.compiler.is_compiling(),
+        grad=plan.strategy == "zero_extend"
+        and (_needs_grad(x, weight, bias) or has_torch_function((weight,))),
+    )
     if plan.strategy == "zero_extend":
         weight = (
             extend(weight) if extend is not None else F.pad(weight, _torch_pad(plan.kernel_ext))
@@ -253,6 +245,25 @@ def run_conv_torch(
     if plan.strategy == "crop":
         out = _narrow_out(out, plan)
     return out
+
+
+def torch_conv_plan(plan: Plan, *, exporting: bool, compiling: bool, grad: bool) -> Plan:
+    """The plan that runs on torch's kernels in place of ``plan``: ``grad`` says that the
+    weight takes part in autograd (or has ``__torch_function__``)."""
+    if plan.strategy in ("zero_extend", "crop") and exporting:
+        # torch.export: F.pad + the conv with the symmetric part, the form graph quantizers
+        # (PT2E) and delegates recognise (a crop's surplus outputs would be observed)
+        return _as_residual_pad(plan)
+    if plan.strategy == "crop" and compiling:
+        # torch.compile: one F.pad, which inductor writes from the kernel that produces the
+        # input (or as one cheap copy), costs less than the crop's surplus outputs
+        return _as_residual_pad(plan)
+    if plan.strategy == "zero_extend" and grad:
+        # training: the backward of a kernel grown by zero taps (torch's depthwise kernels,
+        # channels-last most of all) costs more than one padded copy of the input; a weight
+        # with __torch_function__ (torch's ExpandedWeights) cannot be padded
+        return _as_residual_pad(plan)
+    return plan
 
 
 def _needs_grad(*ts: Tensor | None) -> bool:

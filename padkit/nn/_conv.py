@@ -6,7 +6,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import torch
 from torch import Tensor, nn
+from torch.overrides import has_torch_function
 
 from .. import _compiled, functional as PF
 from ..op import Op
@@ -123,13 +125,17 @@ class _ConvMixin(_PadConv):
                     tuple(weight.shape),
                     None if bias is None else tuple(bias.shape),
                     weight.dtype,
+                    torch.is_grad_enabled()
+                    and (
+                        has_torch_function((weight,))
+                        or input.requires_grad
+                        or weight.requires_grad
+                        or (bias is not None and bias.requires_grad)
+                    ),
                     (self.stride, self.dilation, self.groups, self.padding_mode),
                 )
                 if got is not None:
-                    steps, fields, s, d, g = got
-                    x = PF.pad_steps(input, steps, type(self).__name__)
-                    conv = PF._CONV[self._nd]
-                    return PF.run_conv_torch(Plan(*fields), conv, x, weight, bias, s, d, g)
+                    return _compiled.run(got, input, weight, bias)
             return self._forward(input, weight, bias)
         key = (
             input.shape,

@@ -32,8 +32,7 @@ class _ConvTransposeMixin(_PadConv):
                 (self.stride, self.output_padding, self.groups, self.dilation),
             )
             if got is not None:
-                s, p, op, g, d, slices = got
-                return PF.run_transpose(input, self.weight, self.bias, s, p, op, g, d, slices)
+                return _compiled.run(got, input, self.weight, self.bias)
         return self._full_t(input, output_size)
 
     def _full_t(
