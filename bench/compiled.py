@@ -29,6 +29,7 @@ optional oneDNN backend never runs under ``torch.compile``.
     python bench/compiled.py --dynamic            # dynamic=True: one graph for both sizes
     python bench/compiled.py --rounds 7 --size 128 --size2 129 117
     python bench/compiled.py --rounds 21 --block 0.5   # longer timed blocks: steadier ratios
+    python bench/compiled.py --freezing           # inductor's freezing (CPU inference)
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+import torch._inductor.config
 from torch import nn
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -137,6 +139,12 @@ def main() -> None:
     # dynamic shapes start static and turn dynamic at the first recompile.)
     ap.add_argument("--dynamic", action="store_true", help="dynamic=True: one graph, any size")
     ap.add_argument(
+        "--freezing",
+        action="store_true",
+        help="inductor's freezing (torch._inductor.config.freezing: weights folded as "
+        "constants, convs as prepacked oneDNN ops), its CPU inference mode",
+    )
+    ap.add_argument(
         "--limit",
         type=float,
         default=600,
@@ -155,6 +163,7 @@ def main() -> None:
     if args.compile_runs < 1:
         ap.error(f"--compile-runs must be 1 or more, got {args.compile_runs}")
     torch.set_num_threads(args.threads)
+    torch._inductor.config.freezing = args.freezing
     size1 = tuple(args.size) * (2 // len(args.size))
     size2 = tuple(args.size2) * (2 // len(args.size2))
     torch.manual_seed(1)
@@ -164,7 +173,8 @@ def main() -> None:
         return
     print(env_header(args.threads))
     mode = "dynamic=True" if args.dynamic else "static (dynamic=False)"
-    print(f"- torch.compile(backend={args.backend!r}, {mode})")
+    frozen = ", torch._inductor.config.freezing = True" if args.freezing else ""
+    print(f"- torch.compile(backend={args.backend!r}, {mode}){frozen}")
 
     argv = sys.argv[1:]
     names = ("padkit", "twin", "F.pad twin")
