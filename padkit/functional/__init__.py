@@ -68,6 +68,7 @@ from ._transpose import (
     conv_transpose2d as conv_transpose2d,
     conv_transpose3d as conv_transpose3d,
     run_transpose as run_transpose,
+    shifted_layout as shifted_layout,
     transpose_args as transpose_args,
     transpose_crops as transpose_crops,
     transpose_layout as transpose_layout,
