@@ -109,6 +109,7 @@ def fresh_tuner(monkeypatch: pytest.MonkeyPatch) -> _tune.Tuner:
     tuner = _tune.Tuner()
     tuner.measure = True
     monkeypatch.setattr(_transpose, "_SHIFT", tuner)
+    monkeypatch.setattr(_transpose, "_SHIFTED", {})
     monkeypatch.setattr(_dispatch, "active", None)  # torch's layouts, not the oneDNN backend
     return tuner
 

@@ -254,9 +254,10 @@ def _conv_transpose_crops(
     k = tuple(weight.shape[2:])
     native_p, native_op, slices = transpose_layout(crops, op, k, s, d, sizes, fname)
     pads: Pairs | None = None
-    shifted = shifted_layout(crops, op, k, s, d, sizes, fname)
-    if shifted is not None and _shift_pays(x, weight, bias, s, d, groups, crops, op, shifted):
-        pads, native_p, native_op, slices = shifted
+    if _SHIFT.measure and any(end for _, end in slices):
+        shifted = _shifted_if_faster(x, weight, bias, s, d, groups, crops, op, fname)
+        if shifted is not None:
+            pads, native_p, native_op, slices = shifted
 
     def torch_plan(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
         return run_transpose(x, weight, bias, s, native_p, native_op, groups, d, slices, pads)
@@ -275,7 +276,17 @@ def _conv_transpose_crops(
 _SHIFT = _tune.Tuner()
 
 
-def _shift_pays(
+Shifted = tuple[Pairs, tuple[int, ...], tuple[int, ...], Pairs]
+
+#: per raw call signature (shapes, strides, dtype, arguments, threads): the shifted layout
+#: where it was measured faster, else None; what a repeated call looks up
+_SHIFTED: dict[tuple[Any, ...], Shifted | None] = {}
+
+
+_threads = torch.get_num_threads
+
+
+def _shifted_if_faster(
     x: Tensor,
     weight: Tensor,
     bias: Tensor | None,
@@ -284,25 +295,33 @@ def _shift_pays(
     groups: int,
     crops: Pairs,
     op: Sequence[int],
-    shifted: tuple[Pairs, tuple[int, ...], tuple[int, ...], Pairs],
-) -> bool:
-    """The shifted layout runs ``x`` at least 5 % faster than the sliced one, as timed on
-    its first call of this signature (CPU inference, real tensors, not traced, not under
-    deterministic algorithms; otherwise the slice, torch's own layout)."""
+    fname: str,
+) -> Shifted | None:
+    """The :func:`shifted_layout` where it runs ``x`` at least 5 % faster than the sliced
+    one, as timed on the first call of its signature; None (the slice, torch's own
+    layout) elsewhere, and always for anything but CPU inference on real tensors outside
+    a trace and outside deterministic mode."""
     nd = len(s)
     if (
-        not _SHIFT.measure
-        or x.device.type != "cpu"
+        type(x) is not Tensor
+        or not x.is_cpu
         or x.dim() != nd + 2
-        or type(x) is not Tensor
         or _needs_grad(x, weight, bias)
         or torch.are_deterministic_algorithms_enabled()
         or torch.compiler.is_compiling()
         or torch._C._get_tracing_state() is not None
         or torch._C._functorch.is_functorch_wrapped_tensor(x)
     ):
-        return False
+        return None
+    raw = (x.shape, x.stride(), x.dtype, weight.shape, s, d, groups, crops, tuple(op), _threads())
+    known: Any = _SHIFTED.get(raw, False)  # (False: not seen yet)
+    if known is not False:
+        return known  # type: ignore[no-any-return]
     k = tuple(weight.shape[2:])
+    sizes = tuple(x.shape[2:])
+    shifted = shifted_layout(crops, op, k, s, d, sizes, fname)
+    if shifted is None:  # (the callers ask only where the layout slices an end)
+        return None
     fmt = {2: torch.channels_last, 3: torch.channels_last_3d}.get(nd)
     cl = fmt is not None and not x.is_contiguous() and x.is_contiguous(memory_format=fmt)
     layout = "channels_last" if cl else "contiguous" if x.is_contiguous() else "strided"
@@ -317,22 +336,25 @@ def _shift_pays(
         layout,
         str(x.dtype).replace("torch.", ""),
         _tune.bucket(x.shape[0]),
-        tuple(_tune.bucket(n) for n in x.shape[2:]),
+        tuple(_tune.bucket(n) for n in sizes),
         False,
-        torch.get_num_threads(),
+        raw[-1],
     )
-    known = _SHIFT.known(key)
-    if known is not None:
-        return known
-    p1, o1, sl1 = transpose_layout(crops, op, k, s, d, tuple(x.shape[2:]), "conv_transpose")
-    pads, p2, o2, sl2 = shifted
-    with torch.no_grad():
-        return _SHIFT.decide(
-            key,
-            lambda: run_transpose(x, weight, bias, s, p1, o1, groups, d, sl1),
-            lambda: run_transpose(x, weight, bias, s, p2, o2, groups, d, sl2, pads),
-            contextlib.nullcontext,
-        )
+    faster = _SHIFT.known(key)
+    if faster is None:
+        p1, o1, sl1 = transpose_layout(crops, op, k, s, d, sizes, fname)
+        pads, p2, o2, sl2 = shifted
+        with torch.no_grad():
+            faster = _SHIFT.decide(
+                key,
+                lambda: run_transpose(x, weight, bias, s, p1, o1, groups, d, sl1),
+                lambda: run_transpose(x, weight, bias, s, p2, o2, groups, d, sl2, pads),
+                contextlib.nullcontext,
+            )
+    if len(_SHIFTED) >= 4096:
+        _SHIFTED.clear()
+    _SHIFTED[raw] = shifted if faster else None
+    return _SHIFTED[raw]
 
 
 def transpose_layout(
