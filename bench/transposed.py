@@ -41,6 +41,7 @@ from common import env_header, fmt_ratio, markdown_table, max_abs_diff, measure_
 
 import padkit.nn as pnn
 from padkit.functional import _transpose
+from padkit.native import _dispatch
 
 CASES = [  # (batch, in channels, out channels, size)
     (1, 12, 8, 28),
@@ -64,11 +65,12 @@ def variants(layer: nn.Module, native: nn.Module, x: torch.Tensor) -> dict[str, 
 def sliced(layer: nn.Module, x: torch.Tensor) -> torch.Tensor:
     """The layer with its measured choice off (as with ``PADKIT_NATIVE_TUNE=0``): the
     slice, padkit's layout before it measured the other."""
-    _transpose._SHIFT.measure = False
+    tuner = _dispatch.HOOK.tuner
+    measure, tuner.measure = tuner.measure, False
     try:
         out: torch.Tensor = layer(x)
     finally:
-        _transpose._SHIFT.measure = True
+        tuner.measure = measure
     return out
 
 

@@ -254,7 +254,7 @@ def _conv_transpose_crops(
     k = tuple(weight.shape[2:])
     native_p, native_op, slices = transpose_layout(crops, op, k, s, d, sizes, fname)
     pads: Pairs | None = None
-    if _SHIFT.measure and any(end for _, end in slices):
+    if _backend.HOOK.tuner.measure and any(end for _, end in slices):
         shifted = _shifted_if_faster(x, weight, bias, s, d, groups, crops, op, fname)
         if shifted is not None:
             pads, native_p, native_op, slices = shifted
@@ -272,7 +272,8 @@ def _conv_transpose_crops(
 
 
 #: which of a sliced and a shifted layout is faster, per signature: measured once per
-#: process on the first call (in memory only); ``PADKIT_NATIVE_TUNE=0`` keeps the slice
+#: process on the first call (in memory only). The native backend's switch turns the
+#: timing off (``PADKIT_NATIVE_TUNE=0``, ``padkit.native.set_tuning(False)``): the slice
 _SHIFT = _tune.Tuner()
 
 

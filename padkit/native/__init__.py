@@ -106,7 +106,10 @@ def enabled() -> bool:
 
 def set_tuning(measure: bool) -> None:
     """``True``: time each new op signature on its first call and keep the faster side
-    (the default). ``False``: the deterministic mode, where the static rules decide."""
+    (the default). ``False``: the deterministic mode, where the static rules decide. The
+    same switch governs padkit's other timed choice, the layout of a transposed conv that
+    would slice its output's end (:func:`padkit.functional.shifted_layout`): off, the
+    slice."""
     _dispatch.HOOK.tuner.measure = bool(measure)
 
 
