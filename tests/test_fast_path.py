@@ -56,6 +56,49 @@ def test_conv_repeated_calls_match_the_full_path(kw: dict[str, Any]) -> None:
     assert len(pnn._FAST[conv]) == 3  # one entry per input shape
 
 
+TRANSPOSE_KW = [
+    {"padding": 1},
+    {"padding": "same", "stride": 2},  # crops (0, 1): sliced (or shifted) layout
+    {"padding": ((0, 2), (1, 0)), "stride": 2},
+    {"padding": "same", "stride": 2, "dilation": 2, "groups": 2},
+    {"padding": 1, "stride": 2, "output_padding": 1},
+]
+
+
+@pytest.mark.parametrize("kw", TRANSPOSE_KW, ids=[str(k) for k in TRANSPOSE_KW])
+def test_transposed_repeated_calls_match_the_full_path(kw: dict[str, Any]) -> None:
+    torch.manual_seed(0)
+    convt = pnn.ConvTranspose2d(4, 4, 3, **kw)
+    for shape in [(2, 4, 7, 8), (2, 4, 8, 7), (2, 4, 7, 8), (4, 8, 8)]:
+        x = torch.randn(shape, requires_grad=True)
+        ref = fresh_call(convt, x)
+        out = convt(x)
+        assert_same(out, ref)
+        (g_ref,) = torch.autograd.grad(ref.sum(), x)
+        (g_out,) = torch.autograd.grad(convt(x).sum(), x)
+        assert torch.equal(g_out, g_ref)
+    assert len(pnn._FAST[convt]) == 3  # one entry per input shape
+    # output_size asks for the full path, and gets what it asks for
+    x = torch.randn(1, 4, 7, 8)
+    want = [s + 1 for s in convt(x).shape[2:]] if kw.get("stride") == 2 else None
+    if want is not None and "output_padding" not in kw and "dilation" not in kw:
+        assert list(convt(x, output_size=want).shape[2:]) == want
+
+
+def test_transposed_changed_attributes_take_effect() -> None:
+    torch.manual_seed(0)
+    convt = pnn.ConvTranspose2d(2, 2, 3, stride=2, padding="same")
+    x = torch.randn(1, 2, 5, 6)
+    assert convt(x).shape[2:] == (10, 12)
+    convt(x)
+    convt.stride = (1, 1)  # 'same' at stride 1: the input's size
+    assert convt(x).shape[2:] == (5, 6)
+    convt.padding = 0  # the full output (n-1)*s + k
+    assert convt(x).shape[2:] == (7, 8)
+    convt.weight = torch.nn.Parameter(torch.zeros_like(convt.weight))
+    torch.testing.assert_close(convt(x), convt.bias.view(1, 2, 1, 1).expand(1, 2, 7, 8))
+
+
 def test_pool_repeated_calls_match_the_full_path() -> None:
     torch.manual_seed(0)
     layers: list[torch.nn.Module] = []

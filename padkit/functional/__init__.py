@@ -63,6 +63,7 @@ from ._pool import (
 )
 from ._transpose import (
     _conv_transpose as _conv_transpose,
+    _conv_transpose_crops as _conv_transpose_crops,
     _output_padding_for as _output_padding_for,
     conv_transpose1d as conv_transpose1d,
     conv_transpose2d as conv_transpose2d,

@@ -11,14 +11,56 @@ from torch import Tensor, nn
 from .. import _compiled, functional as PF
 from ..op import Op
 from ..spec import PaddingError, PaddingLike, _tuple_of
-from ._common import _check_channels, _fx_padding, _hashable, _is_proxy
+from ._common import (
+    _check_channels,
+    _fast_cache,
+    _FastFn,
+    _fx_padding,
+    _hashable,
+    _is_proxy,
+    _tracing,
+)
 from ._conv import _PadConv
+
+
+def _transpose_fast(layer: Any, x: Tensor) -> _FastFn | None:
+    """What a transposed layer's first call on a batched input of ``x``'s shape ran, as a
+    closure of (input, weight, bias): its crops resolved for that size."""
+    nd = layer._nd
+    if x.dim() != nd + 2:
+        return None
+    op = layer._op()
+    s, d, g, o = op.stride, op.dilation, op.groups, op.output_padding
+    crops = PF.transpose_crops(op.padding, op.kernel, s, d, tuple(x.shape[2:]))
+    name = type(layer).__name__
+    return lambda x, w, b: PF._conv_transpose_crops(nd, x, w, b, s, crops, o, d, g, name)
 
 
 class _ConvTransposeMixin(_PadConv):
     _kind = "conv_transpose"
 
     def _forward_t(self, input: Tensor, output_size: Sequence[int] | None) -> Tensor:
+        if not _tracing() and isinstance(input, Tensor) and output_size is None:
+            # eager: a repeated call runs what the first (fully checked) call ran
+            key = (
+                input.shape,
+                input.dtype,
+                self.weight.shape,
+                _hashable(self.stride),
+                _hashable(self.output_padding),
+                _hashable(self.dilation),
+                self.groups,
+                self.pad_spec,
+            )
+            cache = _fast_cache(self)
+            fn = cache.get(key, False)
+            if fn is False:
+                out = self._full_t(input, None)
+                cache.remember(key, _transpose_fast(self, input))
+                return out
+            if fn is not None:
+                return fn(input, self.weight, self.bias)  # type: ignore[operator,no-any-return]
+            return self._full_t(input, None)
         if _compiled.static_batched(input, self._nd):
             got = _compiled.conv_transpose_plan(
                 self,
