@@ -30,6 +30,20 @@ def assert_same(a: Any, b: Any) -> None:
         assert torch.equal(a, b)
 
 
+def repeated_calls_match(layer: torch.nn.Module, shapes: list[tuple[int, ...]]) -> None:
+    """Each call, output and input gradient, equals a fresh copy's full path; the memo
+    holds one entry per distinct shape (``shapes`` repeats one of its three)."""
+    for shape in shapes:
+        x = torch.randn(shape, requires_grad=True)
+        ref = fresh_call(layer, x)
+        out = layer(x)
+        assert_same(out, ref)
+        (g_ref,) = torch.autograd.grad(ref.sum(), x)
+        (g_out,) = torch.autograd.grad(layer(x).sum(), x)
+        assert torch.equal(g_out, g_ref)
+    assert len(pnn._FAST[layer]) == 3  # one entry per input shape
+
+
 CONV_KW = [
     {"padding": 1},
     {"padding": "same", "stride": 2},
@@ -45,15 +59,7 @@ CONV_KW = [
 def test_conv_repeated_calls_match_the_full_path(kw: dict[str, Any]) -> None:
     torch.manual_seed(0)
     conv = pnn.Conv2d(4, 4, 3, **kw)
-    for shape in [(2, 4, 11, 12), (2, 4, 12, 11), (2, 4, 11, 12), (4, 12, 12)]:
-        x = torch.randn(shape, requires_grad=True)
-        ref = fresh_call(conv, x)
-        out = conv(x)
-        assert_same(out, ref)
-        (g_ref,) = torch.autograd.grad(ref.sum(), x)
-        (g_out,) = torch.autograd.grad(conv(x).sum(), x)
-        assert torch.equal(g_out, g_ref)
-    assert len(pnn._FAST[conv]) == 3  # one entry per input shape
+    repeated_calls_match(conv, [(2, 4, 11, 12), (2, 4, 12, 11), (2, 4, 11, 12), (4, 12, 12)])
 
 
 TRANSPOSE_KW = [
@@ -69,15 +75,7 @@ TRANSPOSE_KW = [
 def test_transposed_repeated_calls_match_the_full_path(kw: dict[str, Any]) -> None:
     torch.manual_seed(0)
     convt = pnn.ConvTranspose2d(4, 4, 3, **kw)
-    for shape in [(2, 4, 7, 8), (2, 4, 8, 7), (2, 4, 7, 8), (4, 8, 8)]:
-        x = torch.randn(shape, requires_grad=True)
-        ref = fresh_call(convt, x)
-        out = convt(x)
-        assert_same(out, ref)
-        (g_ref,) = torch.autograd.grad(ref.sum(), x)
-        (g_out,) = torch.autograd.grad(convt(x).sum(), x)
-        assert torch.equal(g_out, g_ref)
-    assert len(pnn._FAST[convt]) == 3  # one entry per input shape
+    repeated_calls_match(convt, [(2, 4, 7, 8), (2, 4, 8, 7), (2, 4, 7, 8), (4, 8, 8)])
     # output_size asks for the full path, and gets what it asks for
     x = torch.randn(1, 4, 7, 8)
     want = [s + 1 for s in convt(x).shape[2:]] if kw.get("stride") == 2 else None

@@ -255,7 +255,8 @@ def _conv_transpose_crops(
     native_p, native_op, slices = transpose_layout(crops, op, k, s, d, sizes, fname)
     pads: Pairs | None = None
     if _backend.HOOK.tuner.measure and any(end for _, end in slices):
-        shifted = _shifted_if_faster(x, weight, bias, s, d, groups, crops, op, fname)
+        sliced = (native_p, native_op, slices)
+        shifted = _shifted_if_faster(x, weight, bias, s, d, groups, crops, op, sliced, fname)
         if shifted is not None:
             pads, native_p, native_op, slices = shifted
 
@@ -284,9 +285,6 @@ Shifted = tuple[Pairs, tuple[int, ...], tuple[int, ...], Pairs]
 _SHIFTED: dict[tuple[Any, ...], Shifted | None] = {}
 
 
-_threads = torch.get_num_threads
-
-
 def _shifted_if_faster(
     x: Tensor,
     weight: Tensor,
@@ -296,12 +294,13 @@ def _shifted_if_faster(
     groups: int,
     crops: Pairs,
     op: Sequence[int],
+    sliced: tuple[tuple[int, ...], tuple[int, ...], Pairs],
     fname: str,
 ) -> Shifted | None:
-    """The :func:`shifted_layout` where it runs ``x`` at least 5 % faster than the sliced
-    one, as timed on the first call of its signature; None (the slice, torch's own
-    layout) elsewhere, and always for anything but CPU inference on real tensors outside
-    a trace and outside deterministic mode."""
+    """The :func:`shifted_layout` where it runs ``x`` at least 5 % faster than ``sliced``
+    (the :func:`transpose_layout`), as timed on the first call of its signature; None
+    (the slice, torch's own layout) elsewhere, and always for anything but CPU inference
+    on real tensors outside a trace and outside deterministic mode."""
     nd = len(s)
     if (
         type(x) is not Tensor
@@ -314,36 +313,23 @@ def _shifted_if_faster(
         or torch._C._functorch.is_functorch_wrapped_tensor(x)
     ):
         return None
-    raw = (x.shape, x.stride(), x.dtype, weight.shape, s, d, groups, crops, tuple(op), _threads())
+    threads = torch.get_num_threads()
+    raw = (x.shape, x.stride(), x.dtype, weight.shape, s, d, groups, crops, tuple(op), threads)
     known: Any = _SHIFTED.get(raw, False)  # (False: not seen yet)
     if known is not False:
         return known  # type: ignore[no-any-return]
-    k = tuple(weight.shape[2:])
-    sizes = tuple(x.shape[2:])
-    shifted = shifted_layout(crops, op, k, s, d, sizes, fname)
+    shifted = shifted_layout(crops, op, tuple(weight.shape[2:]), s, d, tuple(x.shape[2:]), fname)
     if shifted is None:  # (the callers ask only where the layout slices an end)
         return None
-    fmt = {2: torch.channels_last, 3: torch.channels_last_3d}.get(nd)
-    cl = fmt is not None and not x.is_contiguous() and x.is_contiguous(memory_format=fmt)
-    layout = "channels_last" if cl else "contiguous" if x.is_contiguous() else "strided"
+    # the native backend's signature of this transposed conv, under a name of its own
+    ends = tuple((lo, hi - o) for (lo, hi), o in zip(crops, op))
     key = (
         "conv_transpose_shift",
-        k,
-        s,
-        d,
-        tuple((lo, hi - o) for (lo, hi), o in zip(crops, op)),
-        groups,
-        (x.shape[1], weight.shape[1] * groups),
-        layout,
-        str(x.dtype).replace("torch.", ""),
-        _tune.bucket(x.shape[0]),
-        tuple(_tune.bucket(n) for n in sizes),
-        False,
-        raw[-1],
+        *_backend._conv_key("conv_transpose", x, weight, s, d, ends, groups, False)[1:],
     )
     faster = _SHIFT.known(key)
     if faster is None:
-        p1, o1, sl1 = transpose_layout(crops, op, k, s, d, sizes, fname)
+        p1, o1, sl1 = sliced
         pads, p2, o2, sl2 = shifted
         with torch.no_grad():
             faster = _SHIFT.decide(
