@@ -19,18 +19,26 @@ All variants equal ``sliced`` (the reference function) to float tolerance; the p
 max |diff| says so. Inference (``torch.inference_mode``), padkit's torch plans (the
 optional oneDNN backend off, see bench/common.py).
 
+``--compile``: every variant under ``torch.compile`` (inductor, static shapes; with
+``--freezing``, inductor's freezing), compiled per case after ``torch._dynamo.reset()``.
+A compiled padkit layer takes the layout its plan measured eagerly, outside the trace,
+on stand-ins of the traced input; ``padkit sliced`` is compiled with that off.
+
     python bench/transposed.py                 # 1 thread
     python bench/transposed.py --rounds 21 --threads 2
+    python bench/transposed.py --compile [--freezing]
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import sys
 from pathlib import Path
 from typing import Any
 
 import torch
+import torch._inductor.config
 import torch.nn.functional as F
 from torch import nn
 
@@ -40,6 +48,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import env_header, fmt_ratio, markdown_table, max_abs_diff, measure_case
 
 import padkit.nn as pnn
+from padkit import _compiled
 from padkit.functional import _transpose
 from padkit.native import _dispatch
 
@@ -62,7 +71,7 @@ def variants(layer: nn.Module, native: nn.Module, x: torch.Tensor) -> dict[str, 
     }
 
 
-def sliced(layer: nn.Module, x: torch.Tensor) -> torch.Tensor:
+def sliced(layer: Any, x: torch.Tensor) -> torch.Tensor:
     """The layer with its measured choice off (as with ``PADKIT_NATIVE_TUNE=0``): the
     slice, padkit's layout before it measured the other."""
     tuner = _dispatch.HOOK.tuner
@@ -74,14 +83,51 @@ def sliced(layer: nn.Module, x: torch.Tensor) -> torch.Tensor:
     return out
 
 
+def compiled(fns: dict[str, Any], layer: nn.Module, x: torch.Tensor) -> dict[str, Any]:
+    """Each variant under ``torch.compile``, compiled (on its first call) now."""
+    torch._dynamo.reset()
+    unmeasured = torch.compile(copy.deepcopy(layer))
+    out = {k: torch.compile(f) for k, f in fns.items() if k != "padkit sliced"}
+    out["padkit sliced"] = lambda: unmeasured(x)
+    with torch.inference_mode():
+        sliced(unmeasured, x)  # compiled with the choice off
+        for f in out.values():
+            f()
+    return out
+
+
+def compiled_shifted(layer: Any, x: torch.Tensor) -> bool:
+    """Whether the layer's compiled plan for ``x`` pads the input (the shifted layout),
+    asked of the planner with the arguments the traced layer passes it."""
+    with torch.inference_mode():
+        program = _compiled.conv_transpose_plan(
+            layer,
+            layer.pad_spec,
+            tuple(x.shape),
+            x.dtype,
+            tuple(layer.weight.shape),
+            tuple(layer.bias.shape),
+            layer.weight.dtype,
+            None,
+            _compiled.timed_layout(x, layer.weight, layer.bias),
+            (layer.stride, layer.output_padding, layer.groups, layer.dilation),
+        )
+    return program is not None and program[0][0] == "pad"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--rounds", type=int, default=15)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--block", type=float, default=0.05, help="seconds per timed block")
+    ap.add_argument("--compile", action="store_true", help="every variant under torch.compile")
+    ap.add_argument("--freezing", action="store_true", help="with --compile: inductor's freezing")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
+    torch._inductor.config.freezing = args.freezing
     print(env_header(args.threads))
+    if args.compile:
+        print(f"- torch.compile(backend='inductor', static shapes, freezing={args.freezing})")
     rows = []
     for layout in ("NCHW", "channels_last"):
         for n, c, o, size in CASES:
@@ -93,6 +139,8 @@ def main() -> None:
             if layout == "channels_last":
                 x = x.contiguous(memory_format=torch.channels_last)
             fns = variants(layer, native, x)
+            if args.compile:
+                fns = compiled(fns, layer, x)
             with torch.inference_mode():
                 ref = fns["sliced"]()
                 diff = max(
@@ -104,6 +152,8 @@ def main() -> None:
                 for k, v in _transpose._SHIFT.choices.items()
                 if k[6] == (c, o) and k[7] == kind and k[9] == n
             ]
+            if args.compile:  # the plan the compiled layer holds (frozen: taken untimed)
+                chose = [compiled_shifted(layer, x)]
             res, other, _ = measure_case(fns, "native", rounds=args.rounds, block_s=args.block)
             rows.append(
                 [

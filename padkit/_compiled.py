@@ -31,8 +31,10 @@ from typing import Any, TypeVar, cast
 import torch
 from torch import Tensor
 from torch.fx.experimental.symbolic_shapes import has_static_value
+from torch.overrides import has_torch_function
 
 from . import functional as PF
+from .native import _dispatch as _backend
 from .op import Op
 from .plan import Plan, plan_conv
 
@@ -188,11 +190,15 @@ def conv_transpose_plan(
     bshape: tuple[int, ...] | None,
     wdtype: torch.dtype,
     output_size: tuple[int, ...] | None,
+    timed: str | None,
     key: tuple[Any, ...],
 ) -> Program | None:
     """A transposed conv layer's :data:`Program` for an input of ``shape``: torch's
     transposed conv with its padding and output_padding, then the slices
-    (:func:`padkit.functional.transpose_layout`)."""
+    (:func:`padkit.functional.transpose_layout`). ``timed`` (:func:`timed_layout`: the
+    input's memory layout, for CPU inference) lets a layout that slices an output's end
+    become the shifted layout where that is measured faster, as in an eager call
+    (:func:`_shifted`); None keeps the slice."""
     name = type(layer).__name__
     sized = None if output_size is None else list(output_size)
     x, w, b = _empty(shape, dtype), _empty(wshape, wdtype), _meta(bshape, wdtype)
@@ -209,12 +215,86 @@ def conv_transpose_plan(
     native_p, native_op, slices = PF.transpose_layout(
         crops, out_pad, op.kernel, op.stride, op.dilation, sizes, name
     )
+    program: list[tuple[Any, ...]] = []
+    if timed is not None and any(end for _, end in slices):
+        shifted = _shifted(
+            shape, dtype, wshape, bshape, wdtype, timed, op, crops, out_pad,
+            (native_p, native_op, slices), name,
+        )  # fmt: skip
+        if shifted is not None:
+            pads, native_p, native_op, slices = shifted
+            program.append(("pad", PF._torch_pad(pads), 0.0))
+            x = torch.constant_pad_nd(x, PF._torch_pad(pads))
     args = (op.stride, native_p, native_op, op.groups, op.dilation)
     fn = f"conv_transpose{op.nd}d"
     full = tuple(getattr(torch, fn)(x, w, b, *args).shape)
     skip = tuple(a for a, _ in slices)
     size = tuple(n - a - e for n, (a, e) in zip(full[2:], slices))
-    return (("call", fn, *args), *_narrows(full, skip, size))
+    return (*program, ("call", fn, *args), *_narrows(full, skip, size))
+
+
+def timed_layout(x: Tensor, weight: Tensor, bias: Tensor | None) -> str | None:
+    """Where a compiled transposed conv may take a timed layout: the input's memory
+    layout (``"channels_last"`` or ``"contiguous"``) for CPU inference on a plain weight,
+    else None (training, other devices, a weight under ``__torch_function__``)."""
+    if x.device.type != "cpu" or has_torch_function((weight,)) or PF._needs_grad(x, weight, bias):
+        return None
+    return "channels_last" if PF.channels_last(x) else "contiguous"
+
+
+def _shifted(
+    shape: tuple[int, ...],
+    dtype: torch.dtype,
+    wshape: tuple[int, ...],
+    bshape: tuple[int, ...] | None,
+    wdtype: torch.dtype,
+    layout: str,
+    op: Op,
+    crops: PF.Pairs,
+    out_pad: tuple[int, ...],
+    sliced: tuple[tuple[int, ...], tuple[int, ...], PF.Pairs],
+    name: str,
+) -> tuple[PF.Pairs, tuple[int, ...], tuple[int, ...], PF.Pairs] | None:
+    """The shifted layout of a compiled transposed conv where eager oneDNN runs it faster
+    than the slice (:func:`padkit.functional._timed_shift`, the eager layers' choice and
+    cache), timed on stand-in CPU tensors of the traced shapes and layout, outside the
+    trace; under inductor's freezing (:func:`_freezing`) always; None where timing is off
+    (``padkit.native.set_tuning(False)``) or deterministic algorithms are on. Without
+    freezing inductor calls the same deconvolution as eager torch, and ranked the layouts
+    as eager does on every shape measured (docs/performance.md). The stand-ins are filled
+    without the global random generator, whose state compiling must not change."""
+    if not _backend.HOOK.tuner.measure or torch.are_deterministic_algorithms_enabled():
+        return None
+    if _freezing():
+        return PF.shifted_layout(crops, out_pad, op.kernel, op.stride, op.dilation, shape[2:], name)
+    with _real_tensors():
+        fmt = torch.channels_last if len(shape) == 4 else torch.channels_last_3d
+        x = torch.full(shape, 0.5, dtype=dtype)
+        if layout == "channels_last":
+            x = x.contiguous(memory_format=fmt)
+        w = torch.full(wshape, 0.25, dtype=wdtype)
+        b = None if bshape is None else torch.full(bshape, 0.125, dtype=wdtype)
+        return PF._timed_shift(
+            x, w, b, op.stride, op.dilation, op.groups, crops, out_pad, sliced, name
+        )
+
+
+def _freezing() -> bool:
+    """Inductor's freezing is on for this compile, as far as the trace can see (set in
+    ``torch._inductor.config``; ``options={"freezing": True}`` applies only after the
+    trace). Frozen, inductor runs a transposed conv on prepacked weights, where the
+    shifted layout was 0.33-0.65x the slice on every shape measured, with AVX-512 and
+    AVX2 alike, including shapes where eager oneDNN ranks the slice first."""
+    import torch._inductor.config as inductor_config
+
+    return bool(inductor_config.freezing)
+
+
+def _real_tensors() -> Any:
+    """Real (not fake) tensors while dynamo traces."""
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+    return unset_fake_temporarily()
 
 
 @_constant

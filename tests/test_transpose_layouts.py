@@ -182,3 +182,120 @@ def test_no_measurement_in_training_deterministic_or_tuning_off(
         padkit.native.set_tuning(False)  # as PADKIT_NATIVE_TUNE=0 does
         torch.testing.assert_close(layer(x), ref, rtol=1e-5, atol=1e-5)
         assert timer.calls == 0
+
+
+def _compiled_ops(
+    layer: torch.nn.Module, x: torch.Tensor, grad: bool = False
+) -> tuple[torch.Tensor, set[Any]]:
+    """The layer under ``torch.compile`` (a fresh graph, run by eager torch) and the ops of
+    the graph dynamo captured."""
+    graphs: list[torch.fx.GraphModule] = []
+
+    def backend(gm: torch.fx.GraphModule, _inputs: Any) -> Any:
+        graphs.append(gm)
+        return gm.forward
+
+    torch._dynamo.reset()
+    with torch.set_grad_enabled(grad):
+        out = torch.compile(layer, backend=backend, fullgraph=True)(x)
+    assert len(graphs) == 1
+    return out, {
+        n.target for n in graphs[0].graph.nodes if n.op in ("call_function", "call_method")
+    }
+
+
+@pytest.mark.parametrize("channels_last", [False, True])
+@pytest.mark.parametrize(
+    ("sliced", "shifted", "takes_shift"), [(1.0, 0.5, True), (0.5, 1.0, False)]
+)
+def test_compiled_layer_takes_the_layout_measured_faster(
+    monkeypatch: pytest.MonkeyPatch,
+    fresh_tuner: _tune.Tuner,
+    channels_last: bool,
+    sliced: float,
+    shifted: float,
+    takes_shift: bool,
+) -> None:
+    """Compiled (CPU inference), the layer's graph holds the layout that stand-ins of the
+    traced input measured faster, timed once outside the trace and shared with eager calls
+    of the same signature; compiling leaves the global random state alone."""
+    timer = _Timer(sliced, shifted)
+    monkeypatch.setattr(_tune, "_time_pair", timer)
+    layer, x, ref = _layer_and_input()
+    if channels_last:
+        x = x.contiguous(memory_format=torch.channels_last)
+    state = torch.get_rng_state()
+    out, ops = _compiled_ops(layer, x)
+    assert torch.equal(torch.get_rng_state(), state)
+    torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
+    assert timer.calls == 1
+    assert (torch.constant_pad_nd in ops) == takes_shift, ops
+    assert ("narrow" in ops) != takes_shift, ops
+    [raw] = _transpose._SHIFTED  # the stand-in had the traced input's shape and strides
+    assert raw[:2] == (x.shape, x.stride())
+    seen = _record_pads(monkeypatch)
+    with torch.no_grad():
+        torch.testing.assert_close(layer(x), ref, rtol=1e-5, atol=1e-5)
+    assert timer.calls == 1 and (seen[-1] is not None) == takes_shift  # eager: the same choice
+
+
+def test_compiled_layer_keeps_the_slice_in_training_deterministic_or_tuning_off(
+    monkeypatch: pytest.MonkeyPatch, fresh_tuner: _tune.Tuner
+) -> None:
+    timer = _Timer(1.0, 0.1)
+    monkeypatch.setattr(_tune, "_time_pair", timer)
+    layer, x, ref = _layer_and_input()
+    out, ops = _compiled_ops(layer, x, grad=True)  # training: the weight takes part in autograd
+    torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
+    assert out.requires_grad and "narrow" in ops and timer.calls == 0
+    prev = torch.are_deterministic_algorithms_enabled()
+    torch.use_deterministic_algorithms(True)
+    try:
+        out, ops = _compiled_ops(layer, x)
+    finally:
+        torch.use_deterministic_algorithms(prev)
+    torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
+    assert "narrow" in ops and timer.calls == 0
+    padkit.native.set_tuning(False)
+    out, ops = _compiled_ops(layer, x)
+    torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
+    assert "narrow" in ops and timer.calls == 0
+
+
+def test_compiled_layer_under_freezing_takes_the_shifted_layout(
+    monkeypatch: pytest.MonkeyPatch, fresh_tuner: _tune.Tuner
+) -> None:
+    """Inductor's freezing (visible to the trace in its config) runs the shifted layout
+    faster on every shape measured: the plan takes it without timing, where eager would
+    keep the slice."""
+    import torch._inductor.config as inductor_config
+
+    timer = _Timer(0.5, 1.0)
+    monkeypatch.setattr(_tune, "_time_pair", timer)
+    layer, x, ref = _layer_and_input()
+    with inductor_config.patch(freezing=True):
+        out, ops = _compiled_ops(layer, x)
+    torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
+    assert torch.constant_pad_nd in ops and "narrow" not in ops and timer.calls == 0
+    padkit.native.set_tuning(False)  # off: the slice, frozen or not
+    with inductor_config.patch(freezing=True):
+        out, ops = _compiled_ops(layer, x)
+    torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
+    assert "narrow" in ops and torch.constant_pad_nd not in ops
+
+
+@pytest.mark.parametrize("freezing", [False, True])
+def test_inductor_runs_the_shifted_layout_exactly(
+    monkeypatch: pytest.MonkeyPatch, fresh_tuner: _tune.Tuner, freezing: bool
+) -> None:
+    """The shifted layout through inductor's own lowering (and its freezing, which packs
+    the weight) equals the cropped full output."""
+    import torch._inductor.config as inductor_config
+
+    monkeypatch.setattr(_tune, "_time_pair", _Timer(1.0, 0.5))
+    layer, x, ref = _layer_and_input()
+    torch._dynamo.reset()
+    with inductor_config.patch(freezing=freezing), torch.no_grad():
+        out = torch.compile(layer, fullgraph=True)(x)
+    torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
+    assert any(_transpose._SHIFTED.values()) or freezing  # (frozen: taken untimed)

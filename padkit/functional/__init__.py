@@ -25,6 +25,7 @@ from ._common import (
 from ._conv import (
     _CONV as _CONV,
     _conv as _conv,
+    _needs_grad as _needs_grad,
     conv1d as conv1d,
     conv2d as conv2d,
     conv3d as conv3d,
@@ -65,6 +66,7 @@ from ._transpose import (
     _conv_transpose as _conv_transpose,
     _conv_transpose_crops as _conv_transpose_crops,
     _output_padding_for as _output_padding_for,
+    _timed_shift as _timed_shift,
     conv_transpose1d as conv_transpose1d,
     conv_transpose2d as conv_transpose2d,
     conv_transpose3d as conv_transpose3d,

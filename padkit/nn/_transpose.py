@@ -71,6 +71,7 @@ class _ConvTransposeMixin(_PadConv):
                 None if self.bias is None else tuple(self.bias.shape),
                 self.weight.dtype,
                 None if output_size is None else tuple(output_size),
+                _compiled.timed_layout(input, self.weight, self.bias),
                 (self.stride, self.output_padding, self.groups, self.dilation),
             )
             if got is not None:
