@@ -109,7 +109,8 @@ def set_tuning(measure: bool) -> None:
     (the default). ``False``: the deterministic mode, where the static rules decide. The
     same switch governs padkit's other timed choice, the layout of a transposed conv that
     would slice its output's end (:func:`padkit.functional.shifted_layout`): off, the
-    slice."""
+    slice. A model compiled with ``torch.compile`` keeps the layout chosen when it was
+    compiled."""
     _dispatch.HOOK.tuner.measure = bool(measure)
 
 
