@@ -48,7 +48,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import env_header, fmt_ratio, markdown_table, max_abs_diff, measure_case
 
 import padkit.nn as pnn
-from padkit import _compiled
 from padkit.functional import _transpose
 from padkit.native import _dispatch
 
@@ -97,21 +96,9 @@ def compiled(fns: dict[str, Any], layer: nn.Module, x: torch.Tensor) -> dict[str
 
 
 def compiled_shifted(layer: Any, x: torch.Tensor) -> bool:
-    """Whether the layer's compiled plan for ``x`` pads the input (the shifted layout),
-    asked of the planner with the arguments the traced layer passes it."""
+    """Whether the layer's compiled plan for ``x`` pads the input (the shifted layout)."""
     with torch.inference_mode():
-        program = _compiled.conv_transpose_plan(
-            layer,
-            layer.pad_spec,
-            tuple(x.shape),
-            x.dtype,
-            tuple(layer.weight.shape),
-            tuple(layer.bias.shape),
-            layer.weight.dtype,
-            None,
-            _compiled.timed_layout(x, layer.weight, layer.bias),
-            (layer.stride, layer.output_padding, layer.groups, layer.dilation),
-        )
+        program = layer._compiled_plan(x, None)
     return program is not None and program[0][0] == "pad"
 
 

@@ -34,7 +34,6 @@ from torch.fx.experimental.symbolic_shapes import has_static_value
 from torch.overrides import has_torch_function
 
 from . import functional as PF
-from .native import _dispatch as _backend
 from .op import Op
 from .plan import Plan, plan_conv
 
@@ -263,14 +262,14 @@ def _shifted(
     freezing inductor calls the same deconvolution as eager torch, and ranked the layouts
     as eager does on every shape measured (docs/performance.md). The stand-ins are filled
     without the global random generator, whose state compiling must not change."""
-    if not _backend.HOOK.tuner.measure or torch.are_deterministic_algorithms_enabled():
+    if not PF.layout_timing_on():
         return None
     if _freezing():
         return PF.shifted_layout(crops, out_pad, op.kernel, op.stride, op.dilation, shape[2:], name)
     with _real_tensors():
-        fmt = torch.channels_last if len(shape) == 4 else torch.channels_last_3d
         x = torch.full(shape, 0.5, dtype=dtype)
         if layout == "channels_last":
+            fmt = torch.channels_last if len(shape) == 4 else torch.channels_last_3d
             x = x.contiguous(memory_format=fmt)
         w = torch.full(wshape, 0.25, dtype=wdtype)
         b = None if bshape is None else torch.full(bshape, 0.125, dtype=wdtype)

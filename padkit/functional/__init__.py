@@ -70,6 +70,7 @@ from ._transpose import (
     conv_transpose1d as conv_transpose1d,
     conv_transpose2d as conv_transpose2d,
     conv_transpose3d as conv_transpose3d,
+    layout_timing_on as layout_timing_on,
     run_transpose as run_transpose,
     shifted_layout as shifted_layout,
     transpose_args as transpose_args,

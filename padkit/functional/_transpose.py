@@ -254,7 +254,7 @@ def _conv_transpose_crops(
     k = tuple(weight.shape[2:])
     native_p, native_op, slices = transpose_layout(crops, op, k, s, d, sizes, fname)
     pads: Pairs | None = None
-    if _backend.HOOK.tuner.measure and any(end for _, end in slices):
+    if layout_timing_on() and any(end for _, end in slices):
         sliced = (native_p, native_op, slices)
         shifted = _shifted_if_faster(x, weight, bias, s, d, groups, crops, op, sliced, fname)
         if shifted is not None:
@@ -285,6 +285,13 @@ Shifted = tuple[Pairs, tuple[int, ...], tuple[int, ...], Pairs]
 _SHIFTED: dict[tuple[Any, ...], Shifted | None] = {}
 
 
+def layout_timing_on() -> bool:
+    """Whether a transposed conv may time its layouts at all: the native backend's tuning
+    switch is on (``PADKIT_NATIVE_TUNE``, ``padkit.native.set_tuning``) and deterministic
+    algorithms are off. Eager calls and compiled plans both ask it."""
+    return _backend.HOOK.tuner.measure and not torch.are_deterministic_algorithms_enabled()
+
+
 def _shifted_if_faster(
     x: Tensor,
     weight: Tensor,
@@ -300,14 +307,13 @@ def _shifted_if_faster(
     """The :func:`shifted_layout` where it runs ``x`` at least 5 % faster than ``sliced``
     (the :func:`transpose_layout`), as timed on the first call of its signature; None
     (the slice, torch's own layout) elsewhere, and always for anything but CPU inference
-    on real tensors outside a trace and outside deterministic mode."""
+    on real tensors outside a trace. Asked only where :func:`layout_timing_on`."""
     nd = len(s)
     if (
         type(x) is not Tensor
         or not x.is_cpu
         or x.dim() != nd + 2
         or _needs_grad(x, weight, bias)
-        or torch.are_deterministic_algorithms_enabled()
         or torch.compiler.is_compiling()
         or torch._C._get_tracing_state() is not None
         or torch._C._functorch.is_functorch_wrapped_tensor(x)

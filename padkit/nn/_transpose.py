@@ -62,21 +62,28 @@ class _ConvTransposeMixin(_PadConv):
                 return fn(input, self.weight, self.bias)  # type: ignore[operator,no-any-return]
             return self._full_t(input, None)
         if _compiled.static_batched(input, self._nd):
-            got = _compiled.conv_transpose_plan(
-                self,
-                self.pad_spec,
-                tuple(input.shape),
-                input.dtype,
-                tuple(self.weight.shape),
-                None if self.bias is None else tuple(self.bias.shape),
-                self.weight.dtype,
-                None if output_size is None else tuple(output_size),
-                _compiled.timed_layout(input, self.weight, self.bias),
-                (self.stride, self.output_padding, self.groups, self.dilation),
-            )
+            got = self._compiled_plan(input, output_size)
             if got is not None:
                 return _compiled.run(got, input, self.weight, self.bias)
         return self._full_t(input, output_size)
+
+    def _compiled_plan(
+        self, input: Tensor, output_size: Sequence[int] | None
+    ) -> _compiled.Program | None:
+        """The plan a static-shape ``torch.compile`` trace runs for ``input``
+        (:func:`padkit._compiled.conv_transpose_plan`, which dynamo takes as a constant)."""
+        return _compiled.conv_transpose_plan(
+            self,
+            self.pad_spec,
+            tuple(input.shape),
+            input.dtype,
+            tuple(self.weight.shape),
+            None if self.bias is None else tuple(self.bias.shape),
+            self.weight.dtype,
+            None if output_size is None else tuple(output_size),
+            _compiled.timed_layout(input, self.weight, self.bias),
+            (self.stride, self.output_padding, self.groups, self.dilation),
+        )
 
     def _full_t(
         self,
