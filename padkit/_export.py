@@ -39,7 +39,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from .op import Op
+from .op import Op, lowest_value
 from .spec import Padding, PaddingError, pool_output_size
 
 __all__ = ["all_static", "conv", "conv_transpose", "exporting", "pool", "static_shape"]
@@ -246,6 +246,8 @@ class _Op:
     count_include_pad: bool = True
     divisor: int | None = None
     p: float = 2.0
+    #: what a max pool pads with (padkit.op.lowest_value of the input)
+    lowest: float = -math.inf
 
     @property
     def k_eff(self) -> tuple[int, ...]:
@@ -608,10 +610,7 @@ def _emit_pool(b: _Builder, op: _Op, x: Any, sizes: Sequence[Any], lead: list[An
     node = {"max_pool": "MaxPool", "avg_pool": "AveragePool", "lp_pool": "LpPool"}[op.kind]
     if sem == "sum":
         node = "AveragePool"
-    if op.kind == "max_pool":
-        value = -math.inf if dtype.is_floating_point else float(torch.iinfo(dtype).min)
-    else:
-        value = 0.0
+    value = op.lowest if op.kind == "max_pool" else 0.0
     cur = x
     if op.kind == "lp_pool" and sem == "sum":
         cur = b.pow(cur, float(op.p), dtype)
@@ -796,6 +795,7 @@ def _lowering(fname: str, rec: Op, x: Tensor, eager: Eager, **extra: Any) -> _Op
         count_include_pad=rec.count_include_pad,
         divisor=rec.divisor_override,
         p=rec.norm_type if rec.norm_type is not None else 2.0,
+        lowest=lowest_value(x) if rec.kind == "max" else -math.inf,
         **extra,
     )
 

@@ -17,7 +17,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from torch import compiler, nn
+import torch
+from torch import Tensor, compiler, nn
 
 from .spec import (
     Padding,
@@ -37,6 +38,7 @@ __all__ = [
     "Op",
     "check_output_padding",
     "check_padding_mode",
+    "lowest_value",
 ]
 
 #: The op kinds: convolution, transposed convolution, and max/average/power-average pooling.
@@ -45,6 +47,38 @@ KINDS: tuple[str, ...] = ("conv", "conv_transpose", "max", "avg", "lp")
 PADDING_MODES: tuple[str, ...] = ("zeros", "reflect", "replicate", "circular")
 
 Pairs = tuple[tuple[int, int], ...]
+
+
+_PER_TENSOR = (torch.per_tensor_affine, torch.per_tensor_symmetric)
+
+
+def lowest_value(x: Tensor) -> float:
+    """What a max pool pads ``x`` with: a value no element of ``x`` is below.
+
+    -inf for a floating-point tensor, the dtype's minimum for an integer one, and for a
+    quantized tensor the lowest value its quantization represents, ``(qmin - zero_point) *
+    scale`` (per channel: the least over the channels, which every channel's quantization
+    clamps to its own ``qmin``). ``F.pad`` quantizes it back to ``qmin``; the real 0.0 that
+    ``torch.iinfo(torch.quint8).min`` would give is the zero point, above negative inputs.
+
+    Example:
+        >>> xq = torch.quantize_per_tensor(torch.tensor([-1.0]), 0.05, 60, torch.quint8)
+        >>> lowest_value(xq)
+        -3.0
+    """
+    dtype = x.dtype
+    if dtype.is_floating_point:
+        return float("-inf")
+    if dtype == torch.bool:
+        raise TypeError("max pooling does not support bool tensors")
+    qmin = int(torch.iinfo(dtype).min)
+    if not x.is_quantized:
+        return float(qmin)
+    if x.qscheme() in _PER_TENSOR:
+        return (qmin - x.q_zero_point()) * x.q_scale()
+    scales = x.q_per_channel_scales().double()
+    zeros = x.q_per_channel_zero_points().double()
+    return float(((qmin - zeros) * scales).min())
 
 
 def check_padding_mode(

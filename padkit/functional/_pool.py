@@ -15,7 +15,7 @@ from torch.fx.experimental.symbolic_shapes import statically_known_true
 
 from .. import _export
 from ..native import _dispatch as _backend
-from ..op import Op
+from ..op import _PER_TENSOR, Op, lowest_value
 from ..plan import Plan, plan_pool
 from ..spec import (
     Padding,
@@ -197,14 +197,6 @@ _MAX_POOL: dict[int, Any] = {2: F.max_pool2d, 3: F.max_pool3d}
 _AVG_POOL = {2: F.avg_pool2d, 3: F.avg_pool3d}
 
 
-def _lowest(dtype: torch.dtype) -> float:
-    if dtype.is_floating_point:
-        return -math.inf
-    if dtype == torch.bool:
-        raise TypeError("max pooling does not support bool tensors")
-    return float(torch.iinfo(dtype).min)
-
-
 def _window_sum(
     x: Tensor,
     nd: int,
@@ -329,6 +321,14 @@ def _max_pool(
                 fname, nd, xx, kernel_size, stride, padding, dilation, ceil_mode, False
             ),
         )
+    if (
+        isinstance(input, Tensor)
+        and input.is_quantized
+        and (return_indices or input.qscheme() not in _PER_TENSOR)
+    ):
+        return _max_pool_int_repr(
+            fname, nd, input, kernel_size, stride, padding, dilation, ceil_mode, return_indices
+        )
     x, unbatched, k, s, d, pairs, ceil, sizes, outs = _pool_setup(fname, nd, input, rec)
     if x.dtype == torch.bool:
         raise TypeError(f"{fname}(): max pooling does not support bool tensors")
@@ -381,11 +381,63 @@ def _max_pool(
     return res.squeeze(0) if unbatched else res
 
 
+def _max_pool_int_repr(
+    fname: str,
+    nd: int,
+    input: Tensor,
+    kernel_size: Any,
+    stride: Any,
+    padding: PaddingLike,
+    dilation: Any,
+    ceil_mode: bool,
+    return_indices: bool,
+) -> Any:
+    """A quantized max pool torch's quantized pools do not run (per-channel quantization,
+    or ``return_indices``): the pool of the integer representation, quantized again with
+    the input's parameters. Dequantizing is increasing, so both take the same maxima, and
+    the integer pads (the dtype's minimum) are the quantized ``qmin``: exact."""
+    if input.dim() not in (nd + 1, nd + 2):
+        _check_input(fname, input, nd)  # raises the usual shape error
+    if input.qscheme() in _PER_TENSOR:
+        scale, zero_point, axis = input.q_scale(), input.q_zero_point(), -1
+    else:
+        axis = input.q_per_channel_axis()
+        first_spatial = input.dim() - nd
+        if axis >= first_spatial:
+            raise PaddingError(
+                f"{fname}(): input is quantized per channel along axis {axis} "
+                f"({input.qscheme()}), a spatial axis the pool shrinks; a quantized max "
+                f"pool takes per-tensor quantization or per-channel quantization along an "
+                f"axis before the spatial ones (axis < {first_spatial})"
+            )
+    res = _max_pool(
+        fname,
+        nd,
+        input.int_repr(),
+        kernel_size,
+        stride,
+        padding,
+        dilation,
+        ceil_mode,
+        return_indices,
+    )
+    out = res[0] if return_indices else res
+    if axis < 0:
+        q = torch._make_per_tensor_quantized_tensor(out, scale, zero_point)
+    else:
+        q = torch._make_per_channel_quantized_tensor(
+            out, input.q_per_channel_scales(), input.q_per_channel_zero_points(), axis
+        )
+    return (q, res[1]) if return_indices else q
+
+
 def explicit_max_pool(x: Tensor, rec: Op, full: Pairs) -> Any:
     """An ``explicit`` max pool plan on a batched input: the input padded by ``full`` with
-    the dtype's lowest value, then the unpadded pool (indices mapped back to the input)."""
+    the lowest value it can hold (:func:`padkit.op.lowest_value`: -inf, an integer dtype's
+    minimum, a quantized tensor's lowest representable value), then the unpadded pool
+    (indices mapped back to the input)."""
     nd, k, s, d = rec.nd, rec.kernel, rec.stride, rec.dilation
-    xp = _pad_windows(x, full, _lowest(x.dtype))
+    xp = _pad_windows(x, full, lowest_value(x))
     res = _MAX_POOL[max(nd, 2)](
         _to2d(xp, nd),
         _lift(nd, k, 1),

@@ -105,7 +105,9 @@ class _PadPool(_Live):
 
 def _pool_fast(layer: Any, x: Tensor, op: str) -> _FastFn | None:
     nd = layer._nd
-    if x.dim() != nd + 2 or layer.pad_spec.ceil_mode:
+    if x.dim() != nd + 2 or layer.pad_spec.ceil_mode or x.is_quantized:
+        # quantized inputs take the functional path: the cache key does not tell per-tensor
+        # from per-channel quantization, which torch's quantized pools do not run
         return None
     if op == "avg_pool" and (
         not x.dtype.is_floating_point

@@ -8,7 +8,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-import torch
 from torch import Tensor, nn
 
 from .. import nn as pnn
@@ -60,13 +59,6 @@ _ND: dict[type[nn.Module], int] = {
     nn.LPPool2d: 2,
     nn.LPPool3d: 3,
 }
-
-
-def _lowest(dtype: torch.dtype) -> float:
-    """What a max pool pads with: -inf, or the integer dtype's minimum."""
-    if dtype.is_floating_point:
-        return float("-inf")
-    return float(torch.iinfo(dtype).min)
 
 
 # ----------------------------------------------------------------------------- layer plans

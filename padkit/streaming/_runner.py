@@ -59,11 +59,12 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from ..op import lowest_value
 from ..spec import PaddingError
 from ._catalog import _BATCH_NORMS, _PER_STEP, _REFUSED
 from ._check import probe_stream
 from ._ops import empty_output, run_op, run_transposed, taps_weight
-from ._plan import _CONVS, _CONVTS, _POOLS, _lowest, _Plan, _plan_layer
+from ._plan import _CONVS, _CONVTS, _POOLS, _Plan, _plan_layer
 from ._recurrent import (
     RECURRENT,
     RecurrentPlan,
@@ -436,7 +437,8 @@ class StreamingModule(nn.Module):
                     "depends on its input; pass example=<an input chunk>"
                 )
             channels: Any = layer.in_channels
-            state.update(fresh_entries(plan, (n, int(channels), plan.history), dt, dev, shared))
+            like = torch.empty((0,), dtype=dt, device=dev)
+            state.update(fresh_entries(plan, (n, int(channels), plan.history), like, shared))
         for rplan in self._rnn_plans.values():
             state.update(rplan.fresh(n, dt, dev))
         return state
@@ -524,7 +526,7 @@ class StreamingModule(nn.Module):
                 raise PaddingError(
                     f"reset_rows(): rows={rows!r} out of range for a batch of {n} streams"
                 )
-            fill = _lowest(buf.dtype) if plan.kind == "max" else 0.0
+            fill = lowest_value(buf) if plan.kind == "max" else 0.0
             b = buf.clone()
             b[idx.to(buf.device)] = fill
             p = counts.get(id(pos))
@@ -944,7 +946,7 @@ class StreamingModule(nn.Module):
         elif ctx.lazy:
             shape = list(x.shape)
             shape[td] = plan.history
-            fresh = fresh_entries(plan, shape, x.dtype, x.device, ctx.shared_pos)
+            fresh = fresh_entries(plan, shape, x, ctx.shared_pos)
             ctx.created.update(fresh)
             buf, pos = fresh[key_buf], fresh[key_pos]
         else:
@@ -1071,7 +1073,7 @@ class StreamingModule(nn.Module):
         if plan.hi > 0:
             shape = list(x.shape)
             shape[td] = plan.hi
-            fill = _lowest(x.dtype) if plan.kind == "max" else 0.0
+            fill = lowest_value(x) if plan.kind == "max" else 0.0
             parts.append(x.new_full(shape, fill))
         cat = torch.cat(parts, dim=td) if len(parts) > 1 else x
         t0 = torch.full((x.shape[0],), start - plan.lo, dtype=torch.int64, device=x.device)

@@ -10,7 +10,8 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
-from ._plan import _lowest, _Plan
+from ..op import lowest_value
+from ._plan import _Plan
 
 StreamState = dict[str, Tensor]
 # lookahead mode: the model input not yet committed, and the samples seen
@@ -47,15 +48,15 @@ class _Context:
 def fresh_entries(
     plan: _Plan,
     shape: Sequence[int],
-    dtype: torch.dtype,
-    device: torch.device,
+    like: Tensor,
     shared: dict[tuple[int, str], Tensor] | None = None,
 ) -> StreamState:
-    """A fresh buffer (the layer's padding: zeros, ``-inf`` for max pools) and sample
-    count for one layer; layers at the same count share one count tensor."""
+    """A fresh buffer (the layer's padding: zeros, for max pools the lowest value ``like``
+    can hold, ``-inf`` for floats) with ``like``'s dtype and device, and sample count for
+    one layer; layers at the same count share one count tensor."""
+    dtype, device = like.dtype, like.device
     if plan.kind == "max":
-        fill = _lowest(dtype)
-        buf = torch.full(tuple(shape), fill, dtype=dtype, device=device)
+        buf = torch.full(tuple(shape), lowest_value(like), dtype=dtype, device=device)
     else:
         buf = torch.zeros(tuple(shape), dtype=dtype, device=device)
     # layers that see the same sample count share one count tensor (never mutated), so
