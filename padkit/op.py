@@ -58,13 +58,16 @@ def lowest_value(x: Tensor) -> float:
     -inf for a floating-point tensor, the dtype's minimum for an integer one, and for a
     quantized tensor the lowest value its quantization represents, ``(qmin - zero_point) *
     scale`` (per channel: the least over the channels, which every channel's quantization
-    clamps to its own ``qmin``). ``F.pad`` quantizes it back to ``qmin``; the real 0.0 that
+    clamps to its own ``qmin``). ``F.pad`` quantizes it back to ``qmin`` (exactly for the
+    8-bit dtypes; a ``qint32`` fill is quantized in float32); the real 0.0 that
     ``torch.iinfo(torch.quint8).min`` would give is the zero point, above negative inputs.
 
     Example:
-        >>> xq = torch.quantize_per_tensor(torch.tensor([-1.0]), 0.05, 60, torch.quint8)
-        >>> lowest_value(xq)
-        -3.0
+        >>> lowest_value(torch.zeros(2)), lowest_value(torch.zeros(2, dtype=torch.int8))
+        (-inf, -128.0)
+
+        A ``quint8`` tensor with scale 0.05 and zero point 60 gives ``(0 - 60) * 0.05``,
+        -3.0.
     """
     dtype = x.dtype
     if dtype.is_floating_point:

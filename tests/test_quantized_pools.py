@@ -197,6 +197,23 @@ def test_the_reported_case() -> None:
     assert torch.equal(pool(xq).dequantize(), want)
 
 
+def test_qint32_inputs_just_above_qmin() -> None:
+    """Inputs a few steps above qint32's qmin, next to pads that the explicit plan adds
+    (torch's F.pad quantizes a qint32 fill in float32, up to 128 steps above qmin).
+    Compared on the integers: torch's dequantize overflows there (q - zero_point)."""
+    qmin = QRANGE[torch.qint32][0]
+    g = torch.Generator().manual_seed(6)
+    ints = qmin + torch.randint(0, 100, (1, 2, 6, 7), generator=g)
+    xq = torch._make_per_tensor_quantized_tensor(ints.to(torch.int32), 0.003, 65)
+    pairs = ((0, 2), (3, 0))
+    assert plan_pool("max_pool", pairs, (2, 2), (2, 2), (1, 1), (6, 7)).strategy == "explicit"
+    want = reference(ints.double(), (2, 2), (2, 2), (1, 1), pairs, False)
+    want = torch.where(want == -math.inf, float(qmin), want)
+    for got in (PF.max_pool2d(xq, 2, 2, pairs), pn.MaxPool2d(2, 2, pairs)(xq)):
+        assert got.dtype == torch.qint32 and got.q_scale() == xq.q_scale()
+        assert torch.equal(got.int_repr().double(), want)
+
+
 def test_same_padding_and_return_indices() -> None:
     """'same' pads; with return_indices (which torch's quantized pools lack) the indices
     point at the maxima in the input plane."""

@@ -324,7 +324,13 @@ def _max_pool(
     if (
         isinstance(input, Tensor)
         and input.is_quantized
-        and (return_indices or input.qscheme() not in _PER_TENSOR)
+        and (
+            return_indices
+            or input.qscheme() not in _PER_TENSOR
+            # F.pad quantizes a qint32 fill in float32: the lowest value comes back up to
+            # 128 steps above qmin, above the inputs that lie there
+            or input.dtype == torch.qint32
+        )
     ):
         return _max_pool_int_repr(
             fname, nd, input, kernel_size, stride, padding, dilation, ceil_mode, return_indices
@@ -393,9 +399,10 @@ def _max_pool_int_repr(
     return_indices: bool,
 ) -> Any:
     """A quantized max pool torch's quantized pools do not run (per-channel quantization,
-    or ``return_indices``): the pool of the integer representation, quantized again with
-    the input's parameters. Dequantizing is increasing, so both take the same maxima, and
-    the integer pads (the dtype's minimum) are the quantized ``qmin``: exact."""
+    ``return_indices``) or that ``F.pad`` cannot pad exactly (``qint32``): the pool of the
+    integer representation, quantized again with the input's parameters. Dequantizing is
+    increasing, so both take the same maxima, and the integer pads (the dtype's minimum)
+    are the quantized ``qmin``: exact."""
     if input.dim() not in (nd + 1, nd + 2):
         _check_input(fname, input, nd)  # raises the usual shape error
     if input.qscheme() in _PER_TENSOR:

@@ -264,7 +264,7 @@ class MaxPool1d(_MaxPoolMixin, nn.MaxPool1d):
     """``torch.nn.MaxPool1d`` with every padkit ``padding=`` form (pads never win).
 
     Pads may exceed half the kernel; a window entirely in padding gives −∞ (the dtype's
-    minimum for integers).
+    minimum for integers, the lowest representable value for quantized tensors).
 
     Shape:
         - Input: ``(N, C, L)`` or ``(C, L)``
