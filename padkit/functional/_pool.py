@@ -33,6 +33,7 @@ from ._common import (
     _parse,
     _symbolic,
     _torch_pad,
+    all_finite,
     resolve,
 )
 from ._conv import _CONV, _narrow_out, _needs_grad
@@ -54,11 +55,15 @@ def run_pool_plan(plan: Plan, rec: Op, x: Tensor, *, mean_weight: Tensor | None 
     """Execute a max or average pool :class:`~padkit.plan.Plan` that runs torch's own pool
     (``native``, ``ceil_mode``, ``crop``) or, for an average, a depthwise conv with a
     constant kernel (``zero_extend``; ``mean_weight`` is that kernel where the caller caches
-    it) on a batched input of ``rec``'s op. ``explicit`` plans pad first and are the pool
+    it; an input that is not all finite, :func:`all_finite`, is padded and pooled instead)
+    on a batched input of ``rec``'s op. ``explicit`` plans pad first and are the pool
     functions' own business. Returns ``(out, indices)`` for a max pool that asks for them.
     """
     nd = rec.nd
     if plan.strategy == "zero_extend":  # average pools only
+        if not all_finite(x):
+            # the zero taps would multiply an infinity outside the window into NaN
+            return padded_avg_pool(x, rec, plan.pads)
         weight = mean_weight
         if weight is None:
             weight = mean_kernel(x, rec.kernel, plan.kernel_ext, rec.divisor_override)
