@@ -598,6 +598,11 @@ def _emit_pool(b: _Builder, op: _Op, x: Any, sizes: Sequence[Any], lead: list[An
     dtype = op.dtype
     kprod = math.prod(op.k)
     if op.kind == "lp_pool":
+        if math.isinf(op.p):
+            raise PaddingError(
+                f"{op.fname}(): norm_type={op.p} has no ONNX form here (LpPool takes an "
+                "integer p); export MaxPool of Abs (with zero pads) instead"
+            )
         b.need_opset(18, "LpPool with ceil_mode")
         even = float(op.p).is_integer() and int(op.p) % 2 == 0
         sem = "window" if even else "sum"

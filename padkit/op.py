@@ -12,6 +12,7 @@ attribute shows).
 from __future__ import annotations
 
 import functools
+import math
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -290,9 +291,12 @@ class Op:
             norm: float | None = None
             if kind == "lp":
                 numeric = isinstance(norm_type, (int, float)) and not isinstance(norm_type, bool)
-                if not numeric or norm_type <= 0:
+                if not numeric or not (norm_type > 0 or norm_type == -math.inf):
                     # the divisor and the norm shape the pool's padded windows: PaddingError
-                    raise PaddingError(f"norm_type must be a positive number, got {norm_type!r}")
+                    # (-inf, torch's smallest |x| per window, reads zero pads as zero)
+                    raise PaddingError(
+                        f"norm_type must be a positive number or -inf, got {norm_type!r}"
+                    )
                 norm = float(norm_type)
             if kind == "conv_transpose" and mode != "zeros":
                 raise PaddingError(

@@ -274,7 +274,12 @@ CASES: list[ErrorCase] = [
         T,
         r"divisor_override.*1\.5",
     ),
-    c("norm_zero", lambda: pn.LPPool2d(0, 3), PE, r"norm_type must be a positive number, got 0"),
+    c(
+        "norm_zero",
+        lambda: pn.LPPool2d(0, 3),
+        PE,
+        r"norm_type must be a positive number or -inf, got 0",
+    ),
     c("norm_negative", lambda: pn.LPPool1d(-2.0, 3), PE, r"norm_type.*got -2\.0"),
     c(
         "norm_string",

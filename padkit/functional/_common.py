@@ -131,6 +131,36 @@ def _compiling() -> bool:
     return bool(torch.compiler.is_compiling())
 
 
+def all_finite(x: Tensor) -> bool:
+    """Whether ``x`` may run a plan that reads elements outside an output's window (a
+    kernel's zero taps, a crop's surplus windows under a weight gradient): an eager CPU
+    tensor holding no NaN or infinity. There ``0 * inf`` would be NaN where the explicit
+    ``F.pad`` reference never multiplies, so the caller takes an exact plan instead.
+
+    The test is ``isfinite(x.sum())``: a sum is NaN or infinite wherever one element is
+    (it may also overflow, which only picks the exact plan), and costs a fraction of
+    ``isfinite(x).all()`` (0.13 ms against 3.5 ms on an 8x64x56x56 float32 input, two
+    cores). Everything else answers False, the exact plan, without looking: a trace
+    (``torch.compile``, ``torch.export``, ``torch.jit.trace``: a branch on the values would
+    be frozen into the graph), ``torch.func`` transforms (``vmap`` cannot branch on values),
+    tensor subclasses, and other devices (the answer would wait for the device, and a
+    CUDA graph capture refuses it).
+    """
+    if not (x.dtype.is_floating_point or x.dtype.is_complex):
+        return True
+    if (
+        (type(x) is not Tensor and type(x) is not torch.nn.Parameter)
+        or x.device.type != "cpu"
+        or _compiling()
+        or torch._C._get_tracing_state() is not None
+        or torch._C._functorch.is_functorch_wrapped_tensor(x)
+    ):
+        return False
+    with torch.no_grad():
+        acc = torch.float32 if x.dtype in (torch.float16, torch.bfloat16) else None
+        return bool(torch.isfinite(x.sum(dtype=acc)))
+
+
 def _symbolic(sizes: Sequence[Any], strides: Sequence[int], sized: bool) -> bool:
     """Pads that depend on the input size (``sized``: ``same`` at stride > 1) while it is
     traced with dynamic shapes: plans must not branch on them.

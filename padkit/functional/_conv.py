@@ -29,6 +29,7 @@ from ._common import (
     _compiling,
     _symbolic,
     _torch_pad,
+    all_finite,
     resolve,
 )
 from ._pad import _apply_pad
@@ -227,7 +228,13 @@ def run_conv_torch(
     groups: int,
     extend: Callable[[Tensor], Tensor] | None = None,
 ) -> Tensor:
-    """A conv plan on torch's kernels (never the optional oneDNN backend)."""
+    """A conv plan on torch's kernels (never the optional oneDNN backend).
+
+    A plan that would multiply an element outside an output's window (a ``zero_extend``
+    kernel's zero taps; a ``crop``'s dropped windows, whose zero gradients meet the input
+    in the weight's gradient) runs as ``residual_pad`` unless the input is finite
+    (:func:`all_finite`): ``0 * inf`` is NaN, where the ``F.pad`` reference has nothing.
+    """
     plan = torch_conv_plan(
         plan,
         exporting=torch.compiler.is_exporting(),
@@ -235,6 +242,11 @@ def run_conv_torch(
         grad=plan.strategy == "zero_extend"
         and (_needs_grad(x, weight, bias) or has_torch_function((weight,))),
     )
+    if (
+        plan.strategy == "zero_extend"
+        or (plan.strategy == "crop" and (_needs_grad(weight) or has_torch_function((weight,))))
+    ) and not all_finite(x):
+        plan = _as_residual_pad(plan)
     if plan.strategy == "zero_extend":
         weight = (
             extend(weight) if extend is not None else F.pad(weight, _torch_pad(plan.kernel_ext))
@@ -262,6 +274,10 @@ def torch_conv_plan(plan: Plan, *, exporting: bool, compiling: bool, grad: bool)
         # training: the backward of a kernel grown by zero taps (torch's depthwise kernels,
         # channels-last most of all) costs more than one padded copy of the input; a weight
         # with __torch_function__ (torch's ExpandedWeights) cannot be padded
+        return _as_residual_pad(plan)
+    if plan.strategy == "zero_extend" and compiling:
+        # a trace cannot ask whether the input is finite (all_finite): the zero taps would
+        # turn an infinity outside a window into NaN, the padded copy never does
         return _as_residual_pad(plan)
     return plan
 

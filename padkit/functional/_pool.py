@@ -33,6 +33,7 @@ from ._common import (
     _parse,
     _symbolic,
     _torch_pad,
+    all_finite,
     resolve,
 )
 from ._conv import _CONV, _narrow_out, _needs_grad
@@ -54,11 +55,15 @@ def run_pool_plan(plan: Plan, rec: Op, x: Tensor, *, mean_weight: Tensor | None 
     """Execute a max or average pool :class:`~padkit.plan.Plan` that runs torch's own pool
     (``native``, ``ceil_mode``, ``crop``) or, for an average, a depthwise conv with a
     constant kernel (``zero_extend``; ``mean_weight`` is that kernel where the caller caches
-    it) on a batched input of ``rec``'s op. ``explicit`` plans pad first and are the pool
+    it; an input that is not all finite, :func:`all_finite`, is padded and pooled instead)
+    on a batched input of ``rec``'s op. ``explicit`` plans pad first and are the pool
     functions' own business. Returns ``(out, indices)`` for a max pool that asks for them.
     """
     nd = rec.nd
     if plan.strategy == "zero_extend":  # average pools only
+        if not all_finite(x):
+            # the zero taps would multiply an infinity outside the window into NaN
+            return padded_avg_pool(x, rec, plan.pads)
         weight = mean_weight
         if weight is None:
             weight = mean_kernel(x, rec.kernel, plan.kernel_ext, rec.divisor_override)
@@ -207,7 +212,9 @@ def _window_sum(
 ) -> Tensor:
     """Sum over every window of ``x`` zero-padded by ``full`` (floor mode)."""
     xp = _pad_windows(x, full, 0.0)
-    if all(dd == 1 for dd in d) and x.dtype.is_floating_point:
+    # (torch has no half-precision avg_pool3d on the CPU: those sum over a strided view)
+    half_3d = nd == 3 and x.device.type == "cpu" and x.dtype in (torch.float16, torch.bfloat16)
+    if all(dd == 1 for dd in d) and x.dtype.is_floating_point and not half_3d:
         pool = _AVG_POOL[max(nd, 2)]
         out = pool(_to2d(xp, nd), _lift(nd, k, 1), _lift(nd, s, 1), 0, False, True, 1)
         return _from2d(out, nd)
@@ -940,9 +947,38 @@ def _lp_pool(
     if not x.dtype.is_floating_point:
         raise TypeError(f"{fname}(): LP pooling needs a floating-point input, got {x.dtype}")
     full = _explicit_pads(sizes, _k_eff(k, d), s, pairs, outs, ceil)
+    if math.isinf(norm_type):
+        out = _lp_pool_inf(x, nd, k, s, d, pairs, full, norm_type > 0)
+        return out.squeeze(0) if unbatched else out
     total = _window_sum(x.pow(norm_type), nd, k, s, d, full)
-    out = total.pow(1.0 / norm_type)
+    # torch's form: a window whose sum is zero or NaN passes no gradient back
+    out = (torch.sign(total) * F.relu(torch.abs(total))).pow(1.0 / norm_type)
     return out.squeeze(0) if unbatched else out
+
+
+def _lp_pool_inf(
+    x: Tensor,
+    nd: int,
+    k: tuple[int, ...],
+    s: tuple[int, ...],
+    d: tuple[int, ...],
+    pairs: Pairs,
+    full: Pairs,
+    largest: bool,
+) -> Tensor:
+    """LP pooling at ``p = inf`` (``largest``) or ``-inf`` as torch computes it: the largest
+    (smallest) ``|x|`` per window (``max_pool(|x|)``, ``-max_pool(-|x|)``). The declared pads
+    are zeros, so they count as ``|0|``; the ``ceil_mode`` overhang past them is outside
+    every window (torch's pools skip it), so it pads with -inf, which never wins."""
+    y = x.abs() if largest else -x.abs()
+    y = _pad_windows(y, pairs, 0.0)
+    rest: Pairs = tuple((0, f_hi - hi) for (_, hi), (_, f_hi) in zip(pairs, full))
+    y = _pad_windows(y, rest, -math.inf)
+    out: Tensor = _MAX_POOL[max(nd, 2)](
+        _to2d(y, nd), _lift(nd, k, 1), _lift(nd, s, 1), 0, _lift(nd, d, 1), False
+    )
+    out = _from2d(out, nd)
+    return out if largest else -out
 
 
 def lp_pool1d(
@@ -957,8 +993,10 @@ def lp_pool1d(
 ) -> Tensor:
     """``F.lp_pool1d`` (``(sum x**p)**(1/p)`` per window) with padding and dilation.
 
-    Pads contribute zero. Unlike torch, a ``ceil_mode`` window that hangs past the input
-    sums only what it covers (torch rescales it by ``kernel / covered``).
+    Pads contribute zero. ``norm_type=inf`` (``-inf``) is the largest (smallest) ``|x|``
+    per window, as torch computes it; a pad counts as ``|0|`` there. Unlike torch, a
+    ``ceil_mode`` window that hangs past the input sums only what it covers (torch rescales
+    it by ``kernel / covered``; at ``±inf`` torch's pool skips the overhang, as padkit does).
 
     Example:
         >>> lp_pool1d(torch.tensor([[[3.0, 4.0]]]), 2, 2, padding=((1, 1),)).round()
