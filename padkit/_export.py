@@ -125,7 +125,10 @@ class _Suspend:
 class _Builder:
     """Writes ONNX nodes; ``shape`` is the output shape (used by the dynamo builder)."""
 
+    #: the opset the nodes are written at (None: unknown, nothing checked)
     opset: int | None = None
+    #: the layer or function being lowered, for error messages
+    fname: str = "padkit"
 
     def node(
         self,
@@ -135,7 +138,51 @@ class _Builder:
         shape: Sequence[Any],
         dtype: torch.dtype,
     ) -> Any:
+        """One ONNX node, after checking that the opset has it with these attributes."""
+        attrs = self._check(op_type, attrs, dtype)
+        return self._write(op_type, inputs, attrs, shape, dtype)
+
+    def _check(self, op_type: str, attrs: dict[str, Any], dtype: torch.dtype) -> dict[str, Any]:
+        """The opset check every lowering path goes through; returns the attributes to
+        write (``LpPool`` below opset 18 has no ``ceil_mode``: a 0 is left out)."""
+        dilated = any(int(v) != 1 for v in attrs.get("dilations", ()))
+        if op_type == "AveragePool" and dilated:
+            self.need_opset(19, "an average pool with dilation (AveragePool dilations)")
+        if op_type == "LpPool":
+            if dilated:
+                self.need_opset(18, "an LP pool with dilation (LpPool dilations)")
+            if attrs.get("ceil_mode", 0):
+                self.need_opset(18, "an LP pool with ceil_mode (LpPool ceil_mode)")
+            if self.opset is not None and self.opset < 18:
+                attrs = {k: v for k, v in attrs.items() if k not in ("ceil_mode", "dilations")}
+        if op_type == "Pad" and attrs.get("mode") == "wrap":
+            self.need_opset(19, "circular padding (Pad mode 'wrap')")
+        if op_type == "Shape" and "start" in attrs:
+            self.need_opset(15, "a pad computed from a dynamic size (Shape start)")
+        if op_type in ("Max", "Min") and not dtype.is_floating_point:
+            self.need_opset(12, "a pad computed from a dynamic size (integer Max/Min)")
+        return attrs
+
+    def _write(
+        self,
+        op_type: str,
+        inputs: Sequence[Any],
+        attrs: dict[str, Any],
+        shape: Sequence[Any],
+        dtype: torch.dtype,
+    ) -> Any:
         raise NotImplementedError
+
+    def spatial_shape(self, x: Any, nd: int) -> Any:
+        """The ``nd`` spatial sizes of ``x`` as an int64 vector (``Shape(start=2)`` from
+        opset 15, ``Shape`` then ``Slice`` before)."""
+        i64 = torch.int64
+        if self.opset is None or self.opset >= 15:
+            return self.node("Shape", [x], {"start": 2}, [nd], i64)
+        full = self.node("Shape", [x], {}, [nd + 2], i64)
+        return self.node(
+            "Slice", [full, self.ints([2]), self.ints([nd + 2]), self.ints([0])], {}, [nd], i64
+        )
 
     def ints(self, values: Sequence[int]) -> Any:
         raise NotImplementedError
@@ -152,13 +199,37 @@ class _Builder:
     def need_opset(self, version: int, what: str) -> None:
         if self.opset is not None and self.opset < version:
             raise PaddingError(
-                f"ONNX export of {what} needs opset_version >= {version}, got "
-                f"opset_version={self.opset}"
+                f"{self.fname}(): ONNX export of {what} needs opset_version >= {version}, "
+                f"got opset_version={self.opset}"
             )
 
 
+def _dynamo_opset() -> int | None:
+    """The opset the dynamo exporter writes padkit's nodes at: the requested
+    ``opset_version``, at least torchlib's (18; the exporter converts down afterwards, or
+    keeps 18 where it cannot). torch keeps the request in ``export_compat``'s frame
+    only; None (nothing checked) where that frame is not found."""
+    frame: Any = sys._getframe(1)
+    while frame is not None:
+        code = frame.f_code
+        if code.co_name == "export_compat" and code.co_filename.endswith("_compat.py"):
+            v = frame.f_locals.get("opset_version")
+            if isinstance(v, int):
+                try:
+                    from torch.onnx._internal.exporter._constants import TORCHLIB_OPSET
+                except ImportError:  # pragma: no cover - a torch without it
+                    TORCHLIB_OPSET = 18
+                return max(v, int(TORCHLIB_OPSET))
+            return None
+        frame = frame.f_back
+    return None
+
+
 class _DynamoBuilder(_Builder):
-    def node(
+    def __init__(self) -> None:
+        self.opset = _dynamo_opset()
+
+    def _write(
         self,
         op_type: str,
         inputs: Sequence[Any],
@@ -189,7 +260,7 @@ class _TorchScriptBuilder(_Builder):
         self.opset = int(GLOBALS.export_onnx_opset_version)
         self.need_opset(11, "padkit layers")
 
-    def node(
+    def _write(
         self,
         op_type: str,
         inputs: Sequence[Any],
@@ -353,7 +424,6 @@ def _dynamic_pad(
     value: float,
 ) -> tuple[Any, list[Any]]:
     """``Pad`` of the dynamic ``same`` axes, its pads computed from ``Shape``."""
-    b.need_opset(15, "a 'same' padding on a dynamic size with dilation")
     nd = op.nd
     flavours = {r for r in axes.dyn if r is not None}
     if len(flavours) != 1:
@@ -366,7 +436,7 @@ def _dynamic_pad(
     km1 = [op.k_eff[i] - 1 if dyn[i] else 0 for i in range(nd)]
     strides = [op.s[i] if dyn[i] else 1 for i in range(nd)]
     i64 = torch.int64
-    shp = b.node("Shape", [x], {"start": 2}, [nd], i64)
+    shp = b.spatial_shape(x, nd)
     rem = b.node(
         "Mod", [b.node("Sub", [shp, b.ints([1])], {}, [nd], i64), b.ints(strides)], {}, [nd], i64
     )
@@ -547,48 +617,165 @@ def _axis_counts(n: int, k: int, s: int, d: int, lo: int, hi: int, out: int) -> 
     return [sum(1 for t in range(k) if -lo <= o * s - lo + t * d < n + hi) for o in range(out)]
 
 
+def _sym_pool_out(n: Any, ke: int, s: int, lo: int, hi: int, ceil: bool) -> Any:
+    """torch's pool output length (:func:`~padkit.spec.pool_output_size`) for a size that
+    may be symbolic: the ceil-mode drop is written with ``sym_min``/``sym_max``, so no
+    guard specialises the export; None for a size the exporter does not know."""
+    if n is None:
+        return None
+    if _is_static(n):
+        return pool_output_size(n, ke, s, 1, lo, hi, ceil)
+    span = n + lo + hi - ke
+    if not ceil:
+        return span // s + 1
+    before = (span + s - 1) // s  # out - 1 before the drop
+    drop = torch.sym_min(torch.sym_max(before * s - n - lo + 1, 0), 1)
+    return before + 1 - drop
+
+
+def _sizes_to_check(op: _Op, i: int, n: Any, lo: int, hi: int) -> list[int]:
+    """The sizes an axis's ONNX form is checked at: ``n`` itself when static; for a
+    dynamic size, every size from the smallest the op accepts over a range that proves
+    the form for all sizes. Every quantity checked (torch's and ONNX's window counts, the
+    windows' divisors) is periodic in the size: ``n + s`` has one window more than ``n``,
+    added at the start of the list of full windows, as soon as the first window is full,
+    which holds from the smallest accepted size on; the range below spans several
+    periods past the sizes where a pad smaller than the kernel may not fit."""
+    if _is_static(n):
+        return [int(n)]
+    ke, s = op.k_eff[i], op.s[i]
+    first = max(1, ke - lo - hi)
+    return list(range(first, first + 2 * (lo + hi + ke) + 3 * s))
+
+
 @dataclass(frozen=True)
 class _AxisCfg:
     attr: tuple[int, int]  # the pool's own pads
     pre: tuple[int, int] | None  # a constant Pad before the pool, or None
+    #: a Pad before the pool whose start is ``pre[0]`` and whose end is computed in the
+    #: graph from the (dynamic) size: the input then ends where torch's last window ends
+    graph: bool = False
 
 
 def _axis_cfg(
-    op: _Op, i: int, n: int, lo: int, hi: int, ceil: int, sem: str, pre: bool
+    op: _Op, i: int, n: Any, lo: int, hi: int, ceil: int, sem: str, pre: bool
 ) -> _AxisCfg | None:
-    """Pads for one static axis, given the pool's ``ceil_mode`` attribute ``ceil``.
+    """Pads for one axis, given the pool's ``ceil_mode`` attribute ``ceil``.
 
     ``sem`` says what must stay equal besides the windows: ``window`` (max, LpPool and
     count_include_pad=0: the in-input taps of each window), ``incl`` (also the
     count_include_pad=1 divisor) or ``sum`` (an AveragePool whose every divisor is the
-    full window: the window-sum lowering).
+    full window: the window-sum lowering). A dynamic ``n`` gets constant pads only where
+    they are exact at every size (:func:`_sizes_to_check`), else (an explicit Pad
+    allowed) an end pad computed in the graph.
     """
     k, s, d, ke = op.k[i], op.s[i], op.d[i], op.k_eff[i]
-    o = pool_output_size(n, k, s, d, lo, hi, op.ceil)
-    want = _axis_counts(n, k, s, d, lo, hi, o) if sem == "incl" else None
-    full = [k] * o
-    if sem != "sum" or ceil == 0:
-        for h in [hi, *range(k)]:
-            if lo >= k or h < 0 or h >= k or n + lo + h < ke:
-                continue  # onnxruntime: pads smaller than the kernel
-            if _pool_out(n, ke, s, lo, h, bool(ceil)) != (o, o):
-                continue
-            counts = _axis_counts(n, k, s, d, lo, h, o)
-            if (sem == "incl" and counts != want) or (sem == "sum" and counts != full):
-                continue
-            return _AxisCfg((lo, h), None)
+    ns = _sizes_to_check(op, i, n, lo, hi)
+    outs = [pool_output_size(m, k, s, d, lo, hi, op.ceil) for m in ns]
+    fulls = [[k] * o for o in outs]
+    wants = [_axis_counts(m, k, s, d, lo, hi, o) for m, o in zip(ns, outs)]
+
+    def own_pads_fit(h: int) -> bool:
+        for m, o, want, full in zip(ns, outs, wants, fulls):
+            if m + lo + h < ke or _pool_out(m, ke, s, lo, h, bool(ceil)) != (o, o):
+                return False
+            if sem in ("incl", "sum"):
+                counts = _axis_counts(m, k, s, d, lo, h, o)
+                if counts != (want if sem == "incl" else full):
+                    return False
+        return True
+
+    # onnxruntime: the pool's own pads must be smaller than the kernel
+    if (sem != "sum" or ceil == 0) and lo < k:
+        for h in dict.fromkeys([hi, *range(k)]):
+            if 0 <= h < k and own_pads_fit(h):
+                return _AxisCfg((lo, h), None)
     # pad explicitly: every window then lies in the padded input
     if not pre or (sem == "window" and op.kind == "avg_pool"):
         return None  # count_include_pad=0 would count the explicit pads
-    low = max((o - 1) * s + ke - n - lo, 0)
-    for h in range(low, low + s):
-        m = n + lo + h
-        if _pool_out(m, ke, s, 0, 0, bool(ceil)) != (o, o):
-            continue
-        if sem == "incl" and want != full:
-            continue
-        return _AxisCfg((0, 0), (lo, h))
+    if sem == "incl" and wants != fulls:
+        return None  # a window overhangs the end pad: its divisor is not the window's
+    lows = [max((o - 1) * s + ke - m - lo, 0) for m, o in zip(ns, outs)]
+    # a sum or a count_include_pad=1 divisor needs every window inside the padded input
+    # (a ceil-mode overhang past it would shrink the divisor)
+    first = max(lows) if sem in ("sum", "incl") else min(lows)
+    for h in range(first, max(lows) + s):
+        if all(_pool_out(m + lo + h, ke, s, 0, 0, bool(ceil)) == (o, o) for m, o in zip(ns, outs)):
+            return _AxisCfg((0, 0), (lo, h))
+    if not _is_static(n):
+        return _AxisCfg((0, 0), (lo, 0), graph=True)
     return None
+
+
+def _end_pad(n: Any, ke: int, s: int, lo: int, hi: int, ceil: bool) -> Any:
+    """The end pad (negative: a crop) after which the input ends where torch's last
+    window ends: a pool without pads of its own then makes exactly torch's windows, in
+    either ceil mode (the span is a multiple of the stride)."""
+    o = _sym_pool_out(n, ke, s, lo, hi, ceil)
+    return None if o is None else (o - 1) * s + ke - n - lo
+
+
+def _graph_pad(
+    b: _Builder,
+    op: _Op,
+    x: Any,
+    cfgs: Sequence[_AxisCfg | None],
+    axes: _Axes,
+    sizes: Sequence[Any],
+    lead: Sequence[Any],
+    value: float,
+) -> tuple[Any, list[Any]]:
+    """One ``Pad`` before a pool: the constant pads of the other axes, and on each
+    ``graph`` axis its start pad and an end pad up to where torch's last window ends,
+    computed from the axis's size (``Shape``; torch's output-length formula). That end
+    pad is negative (a crop of what no window reads) where the windows stop short of the
+    input's end."""
+    nd, i64 = op.nd, torch.int64
+    g = [c is not None and c.graph for c in cfgs]
+    pre = [c.pre if c is not None and c.pre is not None else (0, 0) for c in cfgs]
+    # torch's pads, kernel and stride on the graph axes (harmless stand-ins elsewhere:
+    # those entries are multiplied by 0)
+    lo = [axes.pairs[i][0] if g[i] else 0 for i in range(nd)]
+    hi = [axes.pairs[i][1] if g[i] else 0 for i in range(nd)]
+    ke = [op.k_eff[i] if g[i] else 1 for i in range(nd)]
+    st = [op.s[i] if g[i] else 1 for i in range(nd)]
+    shape = [nd]
+
+    def op2(kind: str, u: Any, v: Any) -> Any:
+        return b.node(kind, [u, v], {}, shape, i64)
+
+    n = b.spatial_shape(x, nd)
+    adjust = [lo[i] + hi[i] - ke[i] + (st[i] - 1 if op.ceil else 0) for i in range(nd)]
+    before = op2("Div", op2("Add", n, b.ints(adjust)), b.ints(st))  # out - 1
+    if op.ceil:  # torch drops a last window that starts in the end pad
+        late = op2(
+            "Sub", op2("Mul", before, b.ints(st)), op2("Add", n, b.ints([v - 1 for v in lo]))
+        )
+        drop = op2("Min", op2("Max", late, b.ints([0])), b.ints([1]))
+        before = op2("Sub", before, drop)
+    end = op2(
+        "Sub",
+        op2("Add", op2("Mul", before, b.ints(st)), b.ints([ke[i] - lo[i] for i in range(nd)])),
+        n,
+    )
+    end = op2("Mul", end, b.ints([int(v) for v in g]))
+    end = op2("Add", end, b.ints([0 if g[i] else pre[i][1] for i in range(nd)]))
+    pads = b.node(
+        "Concat", [b.ints([0, 0, *[p[0] for p in pre], 0, 0]), end], {"axis": 0}, [2 * nd + 4], i64
+    )
+    inputs = [x, pads]
+    if value != 0.0:
+        inputs.append(b.scalar(value, op.dtype))
+    new_sizes = [
+        None
+        if m is None
+        else m
+        + pre[i][0]
+        + (_end_pad(m, op.k_eff[i], op.s[i], *axes.pairs[i], op.ceil) if g[i] else pre[i][1])
+        for i, m in enumerate(sizes)
+    ]
+    out = b.node("Pad", inputs, {"mode": "constant"}, [*lead, *new_sizes], op.dtype)
+    return out, new_sizes
 
 
 def _emit_pool(b: _Builder, op: _Op, x: Any, sizes: Sequence[Any], lead: list[Any]) -> Any:
@@ -603,24 +790,29 @@ def _emit_pool(b: _Builder, op: _Op, x: Any, sizes: Sequence[Any], lead: list[An
                 f"{op.fname}(): norm_type={op.p} has no ONNX form here (LpPool takes an "
                 "integer p); export MaxPool of Abs (with zero pads) instead"
             )
-        b.need_opset(18, "LpPool with ceil_mode")
         even = float(op.p).is_integer() and int(op.p) % 2 == 0
         sem = "window" if even else "sum"
     elif op.kind == "avg_pool":
-        if any(dd != 1 for dd in op.d):
-            b.need_opset(19, "an average pool with dilation (AveragePool dilations)")
         sem = "sum" if op.divisor is not None else ("incl" if op.count_include_pad else "window")
     else:
         sem = "window"
     node = {"max_pool": "MaxPool", "avg_pool": "AveragePool", "lp_pool": "LpPool"}[op.kind]
     if sem == "sum":
         node = "AveragePool"
+    dilated = any(dd != 1 for dd in op.d)
+    if dilated and node == "AveragePool":
+        what = (
+            "an LP pool with an odd or fractional p" if op.kind == "lp_pool" else "an average pool"
+        )
+        b.need_opset(19, f"{what} with dilation (AveragePool dilations)")
+    if dilated and node == "LpPool":
+        b.need_opset(18, "an LP pool with dilation (LpPool dilations)")
     value = op.lowest if op.kind == "max_pool" else 0.0
     cur = x
     if op.kind == "lp_pool" and sem == "sum":
         cur = b.pow(cur, float(op.p), dtype)
     attrs: dict[str, Any] = {"kernel_shape": list(op.k), "strides": list(op.s)}
-    if any(dd != 1 for dd in op.d):
+    if dilated:
         attrs["dilations"] = list(op.d)
     if node == "AveragePool":
         attrs["count_include_pad"] = 1 if sem in ("sum", "incl") else 0
@@ -634,11 +826,12 @@ def _emit_pool(b: _Builder, op: _Op, x: Any, sizes: Sequence[Any], lead: list[An
             node, [cur], attrs, [*lead, *[_ceil_div(n, s) for n, s in zip(sizes, op.s)]], dtype
         )
     else:
-        cfgs = _choose_cfgs(op, axes, sizes, sem)
-        ceil, per_axis = cfgs
+        ceil, per_axis = _choose_cfgs(b, op, axes, sizes, sem, node)
         cur_sizes = list(sizes)
         pre = [c.pre if c is not None and c.pre is not None else (0, 0) for c in per_axis]
-        if any(p != (0, 0) for p in pre):
+        if any(c is not None and c.graph for c in per_axis):
+            cur, cur_sizes = _graph_pad(b, op, cur, per_axis, axes, cur_sizes, lead, value)
+        elif any(p != (0, 0) for p in pre):
             cur, cur_sizes = _const_pad(b, op, cur, pre, cur_sizes, lead, "constant", value)
         if axes.any_dyn:
             if sem == "window" and op.kind == "avg_pool":
@@ -655,7 +848,7 @@ def _emit_pool(b: _Builder, op: _Op, x: Any, sizes: Sequence[Any], lead: list[An
         out_sizes = [
             _ceil_div(sizes[i], op.s[i])
             if axes.dyn[i] is not None
-            else pool_output_size(sizes[i], op.k[i], op.s[i], op.d[i], *axes.pairs[i], op.ceil)
+            else _sym_pool_out(sizes[i], op.k_eff[i], op.s[i], *axes.pairs[i], op.ceil)
             for i in range(nd)
         ]
         out = b.node(node, [cur], attrs, [*lead, *out_sizes], dtype)
@@ -669,12 +862,15 @@ def _emit_pool(b: _Builder, op: _Op, x: Any, sizes: Sequence[Any], lead: list[An
 
 
 def _choose_cfgs(
-    op: _Op, axes: _Axes, sizes: Sequence[Any], sem: str
+    b: _Builder, op: _Op, axes: _Axes, sizes: Sequence[Any], sem: str, node: str
 ) -> tuple[int, list[_AxisCfg | None]]:
-    """The ``ceil_mode`` attribute and each static axis's pads (None: a dynamic axis)."""
+    """The ``ceil_mode`` attribute and each axis's pads (None: a dynamic ``same`` axis)."""
     # the pool's own pads first (either ceil_mode), then an explicit Pad
     order = [(c, pre) for pre in (False, True) for c in ((1, 0) if op.ceil else (0, 1))]
+    old_lp = node == "LpPool" and b.opset is not None and b.opset < 18  # no ceil_mode
     for ceil, pre in order:
+        if ceil and old_lp:
+            continue
         if ceil and any(axes.dyn[i] is not None and op.k_eff[i] < op.s[i] for i in range(op.nd)):
             continue
         per_axis: list[_AxisCfg | None] = []
@@ -688,10 +884,13 @@ def _choose_cfgs(
             per_axis.append(cfg)
         else:
             return ceil, per_axis
+    dynamic = [i for i in range(op.nd) if not _is_static(sizes[i])]
+    where = f", axes {dynamic} dynamic" if dynamic else ""
     raise PaddingError(
         f"{op.fname}(): padding {op.spec.describe()} (pads {axes.pairs}, ceil_mode={op.ceil}, "
-        f"input {tuple(sizes)}) has no exact ONNX form: onnxruntime needs pads smaller than "
-        "the kernel, and an explicit Pad would change the average's divisor"
+        f"input {tuple(None if not _is_static(n) else n for n in sizes)}{where}) has no exact "
+        "ONNX form: onnxruntime needs pads smaller than the kernel, and an explicit Pad "
+        "would change the average's divisor" + ("; export with static sizes" if dynamic else "")
     )
 
 
@@ -701,6 +900,7 @@ def _choose_cfgs(
 def _emit(
     b: _Builder, op: _Op, x: Any, w: Any, bias: Any, sizes: Sequence[Any], lead: list[Any]
 ) -> Any:
+    b.fname = op.fname
     if op.kind == "conv":
         return _emit_conv(b, op, x, w, bias, sizes, lead)
     if op.kind == "conv_transpose":
