@@ -120,11 +120,11 @@ def forget_choices() -> None:
 
 
 def clear_cache() -> None:
-    """Drop the library's cached primitives and reordered weights.
+    """Drop the library's cached primitives (they are built again on next use).
 
-    Reordered weights are reused while the weight tensor, its data pointer and its version
-    counter are unchanged; a write through ``weight.data`` bypasses the version counter,
-    so call this after one.
+    Nothing else needs it: the backend keeps no tensor's values between calls (a weight is
+    read on every call, however it was changed), its primitives are built per thread
+    count, and a forked child starts with an empty cache.
     """
     lib: _build.Library | None = _state["lib"]
     if lib is not None:
@@ -192,6 +192,18 @@ class _AutoStart:
     def pool_layer(self, *args: Any) -> Any:
         hook = self.start()
         return None if hook is None else hook.pool_layer(*args)
+
+
+def _after_fork_in_child() -> None:
+    """A forked child: locks another thread of the parent may have held are new ones (the
+    library's own fork handler empties its primitive cache)."""
+    _dispatch.HOOK.tuner.reset_lock()
+    if isinstance(_dispatch.active, _AutoStart):
+        _dispatch.active._lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def _from_environment() -> None:

@@ -13,7 +13,6 @@ derivatives work and equal the reference's.
 from __future__ import annotations
 
 import ctypes
-import itertools
 import threading
 from collections.abc import Sequence
 from typing import Any
@@ -30,7 +29,6 @@ Pairs = tuple[tuple[int, int], ...]
 
 DTYPES = {torch.float32: 0, torch.bfloat16: 1}
 _CL = {4: torch.channels_last, 5: torch.channels_last_3d}
-_serials = itertools.count(1)
 
 _lib: Library | None = None
 
@@ -72,18 +70,6 @@ def _like(t: Tensor, cl: bool) -> Tensor:
     return t if t.is_contiguous(memory_format=fmt) else t.contiguous(memory_format=fmt)
 
 
-def _serial(w: Tensor) -> int:
-    """A number unique to this tensor object for its lifetime (keys the weight cache)."""
-    ser: int | None = getattr(w, "_padkit_native_serial", None)
-    if ser is None:
-        ser = next(_serials)
-        try:
-            w._padkit_native_serial = ser  # type: ignore[attr-defined]
-        except (AttributeError, RuntimeError):
-            return 0
-    return ser
-
-
 def _check(rc: int) -> None:
     if rc != 0:
         raise NativeError(_library().error())
@@ -94,14 +80,6 @@ def _ptr(t: Tensor | None) -> int | None:
 
 
 # ----------------------------------------------------------------------------- convolution
-
-
-def _weight_id(w: Tensor) -> tuple[int, int, int]:
-    """(serial, data pointer, version): the reordered weight is reused while all three match."""
-    try:
-        return _serial(w), w.data_ptr(), w._version
-    except RuntimeError:  # inference tensors have no version counter: no caching
-        return 0, 0, 0
 
 
 def _conv_params(
@@ -116,7 +94,6 @@ def _conv_params(
     groups: int,
     training: bool,
     cl: bool,
-    w_id: tuple[int, int, int] | None = None,
 ) -> Any:
     nd = x.dim() - 2
     n, ic = int(x.shape[0]), int(x.shape[1])
@@ -147,7 +124,6 @@ def _conv_params(
     vals += list(x.stride())
     vals += _out_strides(out, cl)
     vals += list(w.stride())
-    vals += list(_weight_id(w) if w_id is None else w_id)
     return (ctypes.c_int64 * len(vals))(*vals)
 
 
@@ -193,9 +169,9 @@ def conv_out_shape(
     return (int(x.shape[0]), oc, *sizes)
 
 
-#: per thread: the call's invariant facts -> (output shape, parameter block). Only the
-#: block's last three entries (the weight's identity) change from call to call; ctypes
-#: releases the GIL during the call, so each thread fills its own block.
+#: per thread: the call's facts -> (output shape, parameter block). The block holds no
+#: pointer and no identity of a tensor (the data pointers are passed with each call), so a
+#: cached block is the same block rebuilt.
 _blocks = threading.local()
 
 
@@ -252,9 +228,6 @@ def _forward_block(
         if len(cache) > 1024:
             cache.clear()
         hit = cache[key] = (shape, block)
-    else:
-        block = hit[1]
-        block[len(block) - 3], block[len(block) - 2], block[len(block) - 1] = _weight_id(w)
     return hit
 
 
@@ -441,7 +414,6 @@ def conv_impls(
         groups,
         training,
         is_channels_last(x),
-        (0, 0, 0),
     )
     p[1] = 0
     return _impl_names(p, (0, 1, 2) if training else (0,))

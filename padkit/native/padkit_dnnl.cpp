@@ -3,16 +3,19 @@
 //
 // A plain C ABI over oneDNN's C++ API, loaded by padkit/native/_lib.py with ctypes. No torch
 // headers: the caller passes raw pointers and an int64 parameter block (layout below), and
-// allocates every output. Primitives, reorders and reordered weights are cached per
-// parameter block. One mutex guards the cache and each execution.
+// allocates every output. Primitives and reorders are cached per parameter block (which
+// includes the thread count: a primitive is built for the OpenMP team it runs on). No
+// tensor's values are kept from one call to the next: a weight is read (and reordered
+// into the primitive's layout where that differs) on every call, so a weight changed in
+// place by any route (`.data`, fused optimizers, a preserved version counter) is the
+// weight the next call computes with. One mutex guards the cache and each execution;
+// fork handlers take it around fork() and give the child an empty cache.
 //
 // Parameter block, conv (kind 0) and transposed conv (kind 1):
 //   [0] kind  [1] threads  [2] dtype (0 f32, 1 bf16)  [3] nd  [4] groups  [5] has_bias
 //   [6] N  [7] IC  [8] OC  [9] training  [10] channels-last
 //   then per spatial axis: in, out, kernel, stride, dilation-1, pad_l, pad_r   (7 * nd)
 //   then strides (torch, elements) of src, dst, weight: 3 * (nd + 2)
-//   then weight identity: a serial number of the tensor, its data pointer and version
-//   (not part of the cache key; serial 0: no caching)
 // Pooling (kind 2):
 //   [0] 2  [1] threads  [2] dtype  [3] nd  [4] algorithm (0 max, 1 avg incl. pads,
 //   2 avg excl. pads)  [5] blocked (NCHW only: pool on oneDNN's nChw16c layout, reordering
@@ -20,6 +23,7 @@
 //   then per axis as above, then strides of src and dst: 2 * (nd + 2)
 
 #include <omp.h>
+#include <pthread.h>
 
 #include <cstdint>
 #include <cstring>
@@ -55,7 +59,6 @@ struct Params {
   int64_t kind, threads, dtype, nd, groups, has_bias, N, IC, OC, training, cl;
   dims_t in, out, k, s, d, pl, pr;
   dims_t src_st, dst_st, wei_st;
-  int64_t wser = 0, wptr = 0, wver = -1;
   bool force_any = false;  // NCHW: let oneDNN choose the layout (see resolve_layout)
   std::vector<int64_t> key;
 
@@ -88,13 +91,7 @@ struct Params {
     if (kind != 2) {
       for (int64_t a = 0; a < r; ++a) wei_st.push_back(p[i++]);
     }
-    key.assign(p, p + i);
-    key[1] = 0;  // threads: not part of the key
-    if (kind != 2) {
-      wser = p[i];
-      wptr = p[i + 1];
-      wver = p[i + 2];
-    }
+    key.assign(p, p + i);  // the thread count included: a primitive per OpenMP team size
   }
 
   memory::data_type dt() const {
@@ -196,29 +193,15 @@ struct Staged {
   }
 };
 
-struct WeightCache {
-  int64_t ser = 0, ptr = 0, ver = -1;
-  bool hit(const Params& p) const {
-    return p.wser != 0 && ser == p.wser && ptr == p.wptr && ver == p.wver;
-  }
-  void store(const Params& p) {
-    ser = p.wser;
-    ptr = p.wptr;
-    ver = p.wver;
-  }
-};
-
 struct ConvFwd {
   primitive_desc pd;
   primitive prim;
   Staged src, wei, dst;
-  WeightCache wc;
 };
 
 struct ConvBwdData {
   primitive prim;
   Staged diff_dst, wei, diff_src;
-  WeightCache wc;
 };
 
 struct ConvBwdWei {
@@ -249,6 +232,13 @@ Cache<PoolFwd> g_pool_fwd;
 Cache<PoolBwd> g_pool_bwd;
 
 constexpr size_t kMaxEntries = 512;
+
+// empty a cache without running its entries' destructors (the fork child)
+template <class T>
+void leak(Cache<T>& c) {
+  for (auto& kv : c) kv.second.release();
+  c.clear();
+}
 
 template <class T>
 T* slot(Cache<T>& c, const std::vector<int64_t>& key, bool& fresh) {
@@ -317,13 +307,7 @@ void conv_forward(const int64_t* raw, void* src, void* wei, void* bias, void* ds
     e->dst.setup(p.user_dst(), e->pd.dst_desc(), true);
   }
   memory msrc = e->src.in(p.user_src(), src);
-  memory mwei;
-  if (e->wei.needed && e->wc.hit(p)) {
-    mwei = e->wei.buf;  // the reordered weight of the same tensor and version
-  } else {
-    mwei = e->wei.in(p.user_wei(), wei);
-    e->wc.store(p);
-  }
+  memory mwei = e->wei.in(p.user_wei(), wei);  // read on every call: never a stale copy
   memory mdst = e->dst.out(p.user_dst(), dst);
   std::unordered_map<int, memory> args{
       {DNNL_ARG_SRC, msrc}, {DNNL_ARG_WEIGHTS, mwei}, {DNNL_ARG_DST, mdst}};
@@ -364,13 +348,7 @@ void conv_backward_data(const int64_t* raw, void* diff_dst, void* wei, void* dif
     e->diff_src.setup(p.user_src(), dsrc, true);
   }
   memory mdd = e->diff_dst.in(p.user_dst(), diff_dst);
-  memory mwei;
-  if (e->wei.needed && e->wc.hit(p)) {
-    mwei = e->wei.buf;
-  } else {
-    mwei = e->wei.in(p.user_wei(), wei);
-    e->wc.store(p);
-  }
+  memory mwei = e->wei.in(p.user_wei(), wei);
   memory mds = e->diff_src.out(p.user_src(), diff_src);
   e->prim.execute(strm(), {{DNNL_ARG_DIFF_DST, mdd}, {DNNL_ARG_WEIGHTS, mwei},
                            {DNNL_ARG_DIFF_SRC, mds}});
@@ -543,6 +521,32 @@ std::string impl_name(const int64_t* raw, int which) {
       .impl_info_str();
 }
 
+void clear_all() {
+  g_conv_fwd.clear();
+  g_conv_bd.clear();
+  g_conv_bw.clear();
+  g_pool_fwd.clear();
+  g_pool_bwd.clear();
+}
+
+// fork(): no other thread may hold the mutex while the address space is copied, and the
+// child starts with no primitive built for the parent's OpenMP team (a GNU OpenMP team
+// does not survive fork; a primitive keyed by the parent's thread count must not run)
+void before_fork() { g_mutex.lock(); }
+void after_fork_parent() { g_mutex.unlock(); }
+void after_fork_child() {
+  g_mutex.unlock();
+  // the entries are leaked, not destroyed: their destructors may touch state (OpenMP,
+  // oneDNN's scratchpads) that belonged to the parent's threads
+  leak(g_conv_fwd);
+  leak(g_conv_bd);
+  leak(g_conv_bw);
+  leak(g_pool_fwd);
+  leak(g_pool_bwd);
+}
+
+const int g_fork_handlers = pthread_atfork(before_fork, after_fork_parent, after_fork_child);
+
 template <class F>
 int guarded(F&& f) {
   try {
@@ -618,11 +622,7 @@ int padkit_impl(const int64_t* p, int which, char* buf, int64_t len) {
 
 int padkit_clear_cache() {
   std::lock_guard<std::mutex> lock(g_mutex);
-  g_conv_fwd.clear();
-  g_conv_bd.clear();
-  g_conv_bw.clear();
-  g_pool_fwd.clear();
-  g_pool_bwd.clear();
+  clear_all();
   return 0;
 }
 
