@@ -8,7 +8,6 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .. import functional as PF
@@ -166,25 +165,6 @@ def _fast_cache(module: Any) -> _FastCache:
     return cache
 
 
-class _PaddedWeight:
-    """The zero-extended kernel of a frozen weight, rebuilt when the weight changes."""
-
-    def __init__(self, ext: Sequence[int]) -> None:
-        self.ext = ext
-        self.source: Tensor | None = None
-        self.stamp: tuple[int, int] = (0, -1)
-        self.padded: Tensor | None = None
-
-    def __call__(self, weight: Tensor) -> Tensor:
-        if torch.is_grad_enabled() and weight.requires_grad:
-            return F.pad(weight, self.ext)
-        stamp = (weight.data_ptr(), weight._version)
-        if self.source is not weight or self.stamp != stamp or self.padded is None:
-            self.padded = F.pad(weight.detach(), self.ext)
-            self.source, self.stamp = weight, stamp
-        return self.padded
-
-
 def _conv_fast(layer: Any, x: Tensor) -> _FastFn | None:
     nd = layer._nd
     if x.dim() != nd + 2 or layer.padding_mode != "zeros":
@@ -193,12 +173,13 @@ def _conv_fast(layer: Any, x: Tensor) -> _FastFn | None:
     plan = layer.plan(tuple(x.shape))
     conv = PF._CONV[nd]
     s, d, g = op.stride, op.dilation, op.groups
-    extend = (
-        _PaddedWeight(PF._torch_pad(plan.kernel_ext)) if plan.strategy == "zero_extend" else None
-    )
     # the closure takes the weight and bias as arguments: replicas (DataParallel) and
     # _conv_forward callers (weight norm, fake-quant wrappers) share the memo
-    return lambda x, w, b: PF.run_conv_plan(plan, conv, x, w, b, s, d, g, extend=extend)
+    # nothing derived from the weight's values is kept: a zero_extend plan grows the kernel
+    # by zero taps on every call (F.pad of a small depthwise kernel), since a grown copy kept
+    # between calls would go stale when the weight changes in place without a version bump
+    # (``.data``, fused optimizers, FSDP's all-gather)
+    return lambda x, w, b: PF.run_conv_plan(plan, conv, x, w, b, s, d, g)
 
 
 # ----------------------------------------------------------------------------- TorchScript

@@ -38,26 +38,9 @@ _MAX_FN: dict[int, Any] = {1: PF.max_pool1d, 2: PF.max_pool2d, 3: PF.max_pool3d}
 _AVG_FN: dict[int, Any] = {1: PF.avg_pool1d, 2: PF.avg_pool2d, 3: PF.avg_pool3d}
 _LP_FN: dict[int, Any] = {1: PF.lp_pool1d, 2: PF.lp_pool2d, 3: PF.lp_pool3d}
 
-# the stream's memos: a layer's pads per spatial sizes; a weight reshaped tap-major
+# the stream's memo: a layer's pads per spatial sizes (a function of shapes and the layer's
+# arguments, never of a tensor's values)
 PairsCache = dict[tuple[str, tuple[int, ...]], tuple[tuple[int, int], ...]]
-TapsCache = dict[tuple[int, int], tuple[Tensor, Tensor]]
-
-
-def taps_weight(cache: TapsCache, weight: Tensor) -> Tensor:
-    """``weight`` (O, C, k) as (O, k*C), tap-major; cached for a parameter while it is
-    unchanged and no gradient flows (a parametrized weight is rebuilt each step)."""
-    if not isinstance(weight, nn.Parameter) or (weight.requires_grad and torch.is_grad_enabled()):
-        # computed per access, or part of an autograd graph: never reuse
-        return weight.permute(0, 2, 1).reshape(weight.shape[0], -1)
-    key = (id(weight), weight._version)
-    hit = cache.get(key)
-    if hit is not None and hit[0] is weight:
-        return hit[1]
-    flat = weight.permute(0, 2, 1).reshape(weight.shape[0], -1)
-    if len(cache) > 256:
-        cache.clear()
-    cache[key] = (weight, flat)
-    return flat
 
 
 def layer_pairs(

@@ -63,7 +63,7 @@ from ..op import lowest_value
 from ..spec import PaddingError
 from ._catalog import _BATCH_NORMS, _PER_STEP, _REFUSED
 from ._check import probe_stream
-from ._ops import empty_output, run_op, run_transposed, taps_weight
+from ._ops import empty_output, run_op, run_transposed
 from ._plan import _CONVS, _CONVTS, _POOLS, _Plan, _plan_layer
 from ._recurrent import (
     RECURRENT,
@@ -252,7 +252,6 @@ class StreamingModule(nn.Module):
         self._lock = threading.RLock()
         self._state: StreamState | None = None
         self._pairs_cache: dict[tuple[str, tuple[int, ...]], tuple[tuple[int, int], ...]] = {}
-        self._taps_cache: dict[tuple[int, int], tuple[Tensor, Tensor]] = {}
         self._lookahead_mode = lookahead is not None
         self._startup_cache: dict[tuple[Any, ...], int] = {}
         self._startup: int | None = None
@@ -906,12 +905,13 @@ class StreamingModule(nn.Module):
             # dilated CPU conv costs several times more per call)
             y = F.conv1d(cat[:, :, ::dil], layer.weight, layer.bias, 1, 0, 1, layer.groups)
         elif dil > 1 and layer.groups == 1 and length <= 512 and not cat.is_cuda:
-            # a few outputs of a dilated conv: their taps as a matrix, one matmul
+            # a few outputs of a dilated conv: their taps as a matrix, one matmul (channel-
+            # major, as the weight is stored: the weight is read as a view on every step)
             weight = layer.weight
             k = int(weight.shape[2])
             taps = cat.unfold(2, plan.k_eff, 1)[..., ::dil]  # (N, C, L, k)
-            flat = taps.permute(0, 2, 3, 1).reshape(cat.shape[0], length, k * cat.shape[1])
-            y = F.linear(flat, taps_weight(self._taps_cache, weight), layer.bias).transpose(1, 2)
+            flat = taps.permute(0, 2, 1, 3).reshape(cat.shape[0], length, cat.shape[1] * k)
+            y = F.linear(flat, weight.reshape(weight.shape[0], -1), layer.bias).transpose(1, 2)
         else:
             y = F.conv1d(cat, layer.weight, layer.bias, 1, 0, plan.d, layer.groups)
         tail = cat.narrow(2, length, plan.history)
