@@ -98,11 +98,11 @@ class _Timer:
         self.result = (sliced, shifted)
         self.calls = 0
 
-    def __call__(self, run_sliced: Any, run_shifted: Any) -> tuple[float, float]:
+    def __call__(self, run_sliced: Any, run_shifted: Any) -> tuple[float, float, bool]:
         run_sliced()
         run_shifted()
         self.calls += 1
-        return self.result
+        return (*self.result, True)
 
 
 @pytest.fixture

@@ -44,6 +44,11 @@ BLOCK_CALLS = 20
 #: paired round): torch's own kernels are padkit's reference, and a smaller gain is within
 #: what one short measurement can tell apart
 MARGIN = 0.95
+#: a measurement is kept on disk only where it was steady: its paired per-round ratios
+#: within this factor of each other (fastest to slowest), and each side's rounds too. A
+#: stall (another process, a frequency drop) during the measurement leaves a choice that
+#: holds for this process only and is measured again by the next.
+STEADY = 1.5
 
 
 def bucket(n: int) -> int:
@@ -75,12 +80,18 @@ class Tuner:
         self.measure = env not in ("0", "false", "off", "no")
         self.choices: dict[Key, bool] = {}
         self.timings: dict[Key, tuple[float, float]] = {}
+        #: choices measured while the machine was not steady: in memory only, never saved
+        self.unsteady: set[Key] = set()
         self.path: Path | None = None
         self.machine: dict[str, Any] = {}
         self._loaded = False
         self._lock = threading.Lock()
         #: bumped whenever remembered choices may change meaning (another file, forget)
         self.version = 0
+
+    def reset_lock(self) -> None:
+        """A new lock (a forked child: the parent's may have been held by another thread)."""
+        self._lock = threading.Lock()
 
     # ------------------------------------------------------------------ the file
 
@@ -100,6 +111,7 @@ class Tuner:
         if path != self.path:  # choices made for other facts do not carry over
             self.choices.clear()
             self.timings.clear()
+            self.unsteady.clear()
             self.version += 1
         self.path = path
         self._loaded = False
@@ -121,7 +133,9 @@ class Tuner:
         if self.path is None:
             return
         rows = [
-            {"key": _key_to_json(k), "torch": t, "native": n} for k, (t, n) in self.timings.items()
+            {"key": _key_to_json(k), "torch": t, "native": n}
+            for k, (t, n) in self.timings.items()
+            if k not in self.unsteady
         ]
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -157,10 +171,13 @@ class Tuner:
             if got is not None:
                 return got
             with quiet():
-                t_torch, t_native = _time_pair(run_torch, run_native)
+                t_torch, t_native, steady = _time_pair(run_torch, run_native)
             self.timings[key] = (t_torch, t_native)
             choice = self.choices[key] = t_native < t_torch * MARGIN
-            self._save()
+            if steady:
+                self._save()
+            else:
+                self.unsteady.add(key)
             return choice
 
     def forget(self) -> None:
@@ -168,6 +185,7 @@ class Tuner:
         with self._lock:
             self.choices.clear()
             self.timings.clear()
+            self.unsteady.clear()
             self.version += 1
             self._loaded = True
             if self.path is not None:
@@ -187,16 +205,22 @@ class Tuner:
                     "runs": "onednn" if choice else "torch",
                     "torch_us": round(t * 1e6, 1),
                     "onednn_us": round(n * 1e6, 1),
+                    "saved": key not in self.unsteady,
                 }
             )
         return rows
 
 
-def _time_pair(run_torch: Callable[[], Any], run_native: Callable[[], Any]) -> tuple[float, float]:
-    """Seconds per call of each side: one warm-up call each, then interleaved rounds of a
-    block of calls (about a millisecond or more) per side; the medians of the per-call
-    times. The second value is scaled so that its ratio to the first is the median of the
-    paired per-round ratios, which cancels slow drifts in machine speed."""
+def _time_pair(
+    run_torch: Callable[[], Any], run_native: Callable[[], Any]
+) -> tuple[float, float, bool]:
+    """Seconds per call of each side, and whether the measurement was steady.
+
+    One warm-up call each, then interleaved rounds of a block of calls (about a
+    millisecond or more) per side; the medians of the per-call times. The second value is
+    scaled so that its ratio to the first is the median of the paired per-round ratios,
+    which cancels slow drifts in machine speed. Steady: the paired ratios, and each side's
+    round times, lie within :data:`STEADY` of each other."""
     t0 = time.perf_counter()
     run_torch()
     t1 = time.perf_counter()
@@ -207,6 +231,7 @@ def _time_pair(run_torch: Callable[[], Any], run_native: Callable[[], Any]) -> t
     rounds = SLOW_ROUNDS if slowest > SLOW else ROUNDS
     calls = max(1, min(BLOCK_CALLS, int(BLOCK / fastest)))
     ts: list[float] = []
+    ns: list[float] = []
     ratios: list[float] = []
     for r in range(rounds):
         order = (run_torch, run_native) if r % 2 == 0 else (run_native, run_torch)
@@ -217,9 +242,20 @@ def _time_pair(run_torch: Callable[[], Any], run_native: Callable[[], Any]) -> t
                 fn()
             got[fn is run_torch] = (time.perf_counter() - a) / calls
         ts.append(got[True])
+        ns.append(got[False])
         ratios.append(got[False] / max(got[True], 1e-12))
     t = _median(ts)
-    return t, t * _median(ratios)
+    steady = all(_spread(v) <= STEADY for v in (ts, ns, ratios))
+    return t, t * _median(ratios), steady
+
+
+def _spread(v: list[float]) -> float:
+    """Slowest to fastest of ``v``, one outlier dropped at each end where there are 5 or
+    more (a single interrupted round does not make a measurement unsteady)."""
+    s = sorted(v)
+    if len(s) >= 5:
+        s = s[1:-1]
+    return s[-1] / max(s[0], 1e-12)
 
 
 _FIELDS = (
