@@ -414,6 +414,11 @@ def test_inspect_counts_the_declared_op_and_what_runs_as_fvcore_does() -> None:
             ran = fvcore.FlopCountAnalysis(conv, x).unsupported_ops_warnings(False).total()
             declared = fvcore.FlopCountAnalysis(twin, x).unsupported_ops_warnings(False).total()
         assert report.macs == declared
-        assert report.plan_macs == ran
+        if strategy == "zero_extend":
+            # fvcore counts a torch.jit.trace, where padkit cannot look at the input's values
+            # (a zero tap may meet an infinity): the traced conv is the exact padded form
+            assert ran == declared
+        else:
+            assert report.plan_macs == ran
         assert report.macs is not None and report.plan_macs is not None
         assert (report.plan_macs > report.macs) == (strategy != "native")

@@ -3,7 +3,7 @@ torch executors (a plan, the padding-mode pads)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -31,6 +31,7 @@ from ._common import (
     _torch_pad,
     all_finite,
     resolve,
+    values_visible,
 )
 from ._pad import _apply_pad
 
@@ -195,26 +196,20 @@ def run_conv_plan(
     s: tuple[int, ...],
     d: tuple[int, ...],
     groups: int,
-    *,
-    extend: Callable[[Tensor], Tensor] | None = None,
 ) -> Tensor:
-    """Execute a zero-padding conv :class:`~padkit.plan.Plan` on a batched input.
-
-    ``extend`` builds the zero-extended kernel of a ``zero_extend`` plan (the layers pass
-    one that caches it for frozen weights); by default the weight is padded on each call.
-    """
+    """Execute a zero-padding conv :class:`~padkit.plan.Plan` on a batched input."""
     hook = _backend.active
     if hook is not None and plan.strategy != "native":
 
         def torch_plan(x: Tensor, w: Tensor, b: Tensor | None) -> Tensor:
-            return run_conv_torch(plan, conv, x, w, b, s, d, groups, extend)
+            return run_conv_torch(plan, conv, x, w, b, s, d, groups)
 
         res: Tensor | None = hook.conv(
             plan.strategy, x, weight, bias, s, d, plan.pads, groups, torch_plan
         )
         if res is not None:
             return res
-    return run_conv_torch(plan, conv, x, weight, bias, s, d, groups, extend)
+    return run_conv_torch(plan, conv, x, weight, bias, s, d, groups)
 
 
 def run_conv_torch(
@@ -226,14 +221,15 @@ def run_conv_torch(
     s: tuple[int, ...],
     d: tuple[int, ...],
     groups: int,
-    extend: Callable[[Tensor], Tensor] | None = None,
 ) -> Tensor:
     """A conv plan on torch's kernels (never the optional oneDNN backend).
 
     A plan that would multiply an element outside an output's window (a ``zero_extend``
     kernel's zero taps; a ``crop``'s dropped windows, whose zero gradients meet the input
-    in the weight's gradient) runs as ``residual_pad`` unless the input is finite
-    (:func:`all_finite`): ``0 * inf`` is NaN, where the ``F.pad`` reference has nothing.
+    in the weight's gradient) is kept only where its output before the crop is finite
+    (:func:`all_finite`), which proves no tap met a NaN or an infinity (``0 * inf`` is NaN,
+    where the ``F.pad`` reference has nothing); otherwise the call runs as ``residual_pad``.
+    Where the values cannot be looked at (:func:`values_visible`), it runs so up front.
     """
     plan = torch_conv_plan(
         plan,
@@ -242,18 +238,20 @@ def run_conv_torch(
         grad=plan.strategy == "zero_extend"
         and (_needs_grad(x, weight, bias) or has_torch_function((weight,))),
     )
-    if (
-        plan.strategy == "zero_extend"
-        or (plan.strategy == "crop" and (_needs_grad(weight) or has_torch_function((weight,))))
-    ) and not all_finite(x):
-        plan = _as_residual_pad(plan)
+    risky = plan.strategy == "zero_extend" or (
+        plan.strategy == "crop" and (_needs_grad(weight) or has_torch_function((weight,)))
+    )
+    if risky and not values_visible(x):
+        plan, risky = _as_residual_pad(plan), False
+    w = weight
     if plan.strategy == "zero_extend":
-        weight = (
-            extend(weight) if extend is not None else F.pad(weight, _torch_pad(plan.kernel_ext))
-        )
+        w = F.pad(weight, _torch_pad(plan.kernel_ext))
     elif plan.strategy in ("residual_pad", "explicit"):
         x = F.pad(x, _torch_pad(plan.pre_pad))
-    out: Tensor = conv(x, weight, bias, s, plan.native_padding, d, groups)
+    out: Tensor = conv(x, w, bias, s, plan.native_padding, d, groups)
+    if risky and not all_finite(out):
+        # a tap met a NaN or an infinity: the exact form (rare; the check costs one sum)
+        return run_conv_torch(_as_residual_pad(plan), conv, x, weight, bias, s, d, groups)
     if plan.strategy == "crop":
         out = _narrow_out(out, plan)
     return out

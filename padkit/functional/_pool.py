@@ -35,6 +35,7 @@ from ._common import (
     _torch_pad,
     all_finite,
     resolve,
+    values_visible,
 )
 from ._conv import _CONV, _narrow_out, _needs_grad
 
@@ -61,13 +62,16 @@ def run_pool_plan(plan: Plan, rec: Op, x: Tensor, *, mean_weight: Tensor | None 
     """
     nd = rec.nd
     if plan.strategy == "zero_extend":  # average pools only
-        if not all_finite(x):
-            # the zero taps would multiply an infinity outside the window into NaN
+        if not values_visible(x):
             return padded_avg_pool(x, rec, plan.pads)
         weight = mean_weight
         if weight is None:
             weight = mean_kernel(x, rec.kernel, plan.kernel_ext, rec.divisor_override)
-        return _CONV[nd](x, weight, None, rec.stride, plan.native_padding, 1, x.shape[1])
+        out = _CONV[nd](x, weight, None, rec.stride, plan.native_padding, 1, x.shape[1])
+        if not all_finite(out):
+            # a zero tap may have met a NaN or an infinity outside its window
+            return padded_avg_pool(x, rec, plan.pads)
+        return out
     k, s = _lift(nd, rec.kernel, 1), _lift(nd, rec.stride, 1)
     p = _lift(nd, plan.native_padding, 0)
     crop = plan.strategy == "crop"
