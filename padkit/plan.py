@@ -29,9 +29,10 @@ Every plan is exact: it equals the explicit ``F.pad`` reference bit for bit or t
 float rounding (tests check every strategy against that reference). Two read elements
 outside an output's window and are exact for finite inputs only: ``zero_extend`` (its
 zero taps make ``0 * inf = NaN``) and, for a weight's gradient, ``crop`` (its dropped
-outputs' zero gradients meet the input). The executors in :mod:`padkit.functional` run
-them only on inputs that ``functional.all_finite`` passes, and the exact ``residual_pad``
-(or ``F.pad`` and the pool) otherwise, so NaN and infinities stay where torch puts them.
+outputs' zero gradients meet the input). The executors in :mod:`padkit.functional` keep
+their result only where its output is finite (``padkit._finite.all_finite``, which proves
+no tap met a NaN or an infinity), and compute the exact ``residual_pad`` (or ``F.pad`` and
+the pool) otherwise, so NaN and infinities stay where torch puts them.
 
 Under ``torch.compile(dynamic=True)`` and ``torch.export`` with dynamic dims the input
 sizes are symbolic. Plans then choose from static facts only (kernel, stride, dilation,

@@ -515,18 +515,17 @@ def run_case(seed: int) -> None:
             assert_ieee_close(grads[1], ref_grads[1], rtol, atol, f"{case}: weight gradient")
 
 
-@pytest.fixture(params=["off", "forced"])
+@pytest.fixture(params=["off", "forced", "default"])
 def native_mode(request: pytest.FixtureRequest) -> Iterator[str]:
-    """The pure-torch plans (backend off), or the oneDNN backend forced onto every op it
-    takes (where it builds here)."""
+    """The pure-torch plans (backend off), the oneDNN backend forced onto every op it
+    takes, or the backend as users get it (each op where its tuner picks it)."""
     before, force = _dispatch.active, _dispatch.HOOK.force
     if request.param == "off":
         native.disable()
     else:
         if not native.enable(required=False):
             pytest.skip("the oneDNN backend does not build here")
-        _dispatch.HOOK.force = True
-        request.applymarker(pytest.mark.xfail(reason="backend IEEE fixes pending", strict=False))
+        _dispatch.HOOK.force = request.param == "forced"
     yield request.param
     _dispatch.active, _dispatch.HOOK.force = before, force
 

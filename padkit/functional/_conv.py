@@ -13,6 +13,7 @@ from torch.fx.experimental.symbolic_shapes import statically_known_true
 from torch.overrides import has_torch_function
 
 from .. import _export
+from .._finite import all_finite, values_visible
 from ..native import _dispatch as _backend
 from ..op import Op
 from ..plan import Plan, _as_residual_pad, plan_conv
@@ -29,9 +30,7 @@ from ._common import (
     _compiling,
     _symbolic,
     _torch_pad,
-    all_finite,
     resolve,
-    values_visible,
 )
 from ._pad import _apply_pad
 

@@ -14,6 +14,7 @@ from torch import Tensor
 from torch.fx.experimental.symbolic_shapes import statically_known_true
 
 from .. import _export
+from .._finite import all_finite, values_visible
 from ..native import _dispatch as _backend
 from ..op import _PER_TENSOR, Op, lowest_value
 from ..plan import Plan, plan_pool
@@ -33,9 +34,7 @@ from ._common import (
     _parse,
     _symbolic,
     _torch_pad,
-    all_finite,
     resolve,
-    values_visible,
 )
 from ._conv import _CONV, _narrow_out, _needs_grad
 

@@ -19,6 +19,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from .._finite import all_finite
 from ..plan import Plan
 from . import _ops, _policy, _tune
 
@@ -92,6 +93,8 @@ class Hook:
             # every window starts and ends inside the padded input and holds an input element
             if lo >= ke or hi >= ke or (o - 1) * ss + ke > n + lo + hi or o < 1:
                 return False
+            if not _windows_read_input(int(n), kk, ss, dd, lo, o):
+                return False  # a dilated window whose taps all fall on padding
         return self._go(x)
 
     def _measured(
@@ -132,6 +135,10 @@ class Hook:
             x, w, b, s, d, pads, groups, transposed=transposed, training=training
         ):
             return False  # oneDNN has only its reference loops for a pass
+        if not _ops.conv_agrees(
+            x, w, b, s, d, pads, groups, transposed=transposed, training=training
+        ):
+            return False  # oneDNN computes something else for this signature
         if not self.tuner.measure or torch_run is None:
             return transposed or _policy.conv(strategy, x, w, groups, pads, d, training)
         key = _conv_key(
@@ -194,6 +201,13 @@ class Hook:
             return None
         if self.force:
             if not self._go(x, w, b):
+                return None
+            forced_training = torch.is_grad_enabled() and (
+                x.requires_grad or w.requires_grad or (b is not None and b.requires_grad)
+            )
+            if not _ops.conv_agrees(
+                x, w, b, s, d, pads, groups, transposed=transposed, training=forced_training
+            ):
                 return None
         else:
             training = torch.is_grad_enabled() and (
@@ -258,6 +272,9 @@ class Hook:
         if self.force:
             if not self._pool_ok(k, s, d, pads, outs, x):
                 return None
+            grad = torch.is_grad_enabled() and x.requires_grad
+            if not _ops.pool_agrees(kind, x, outs, k, s, d, pads, training=grad):
+                return None
         else:
             training = torch.is_grad_enabled() and x.requires_grad
             measure = self.tuner.measure and torch_run is not None
@@ -281,8 +298,10 @@ class Hook:
             )
             use = self._decided.get(memo)
             if use is None:
-                use = self._pool_ok(k, s, d, pads, outs, x) and _ops.pool_is_fast(
-                    kind, x, outs, k, s, d, pads, training=training
+                use = (
+                    self._pool_ok(k, s, d, pads, outs, x)
+                    and _ops.pool_is_fast(kind, x, outs, k, s, d, pads, training=training)
+                    and _ops.pool_agrees(kind, x, outs, k, s, d, pads, training=training)
                 )
                 if use and not measure:
                     use = _policy.pool(kind, strategy, x, k, s, pads)
@@ -290,6 +309,8 @@ class Hook:
                     key = _pool_key(kind, x, k, s, d, pads, training)
 
                     def native(x: Tensor) -> Tensor:
+                        if kind == "max":  # what each call pays: the finite check
+                            all_finite(x)
                         return _ops.pool(kind, x, outs, k, s, d, pads)
 
                     use = self._measured(key, (x,), torch_run, native, training)
@@ -298,6 +319,10 @@ class Hook:
                 self._decided[memo] = use
             if not use:
                 return None
+        if kind == "max" and not all_finite(x):
+            # oneDNN's max pooling drops NaN and starts a window at the lowest finite value
+            # (a window of -inf gives -3.4e38): torch's plan keeps IEEE semantics
+            return None
         try:
             return _ops.pool(kind, x, outs, k, s, d, pads)
         except _ops.NativeError as err:
@@ -345,6 +370,22 @@ class Hook:
             return fallback(x) if out is None else out
 
         return run
+
+
+def _windows_read_input(n: int, k: int, s: int, d: int, lo: int, outs: int) -> bool:
+    """Whether each of ``outs`` windows (``k`` taps ``d`` apart, ``s`` apart, on an axis of
+    ``n`` inputs after ``lo`` pads) has a tap on an input element. Windows lying wholly
+    inside the input need no look; the edge windows are checked tap by tap."""
+    ke = d * (k - 1) + 1
+    first_inside = -(-lo // s)  # windows from here start inside the input
+    last_inside = (lo + n - ke) // s  # ... and end inside it up to here
+    head = range(min(max(first_inside, 0), outs))
+    tail = range(max(last_inside + 1, len(head)), outs)
+    for i in (*head, *tail):
+        start = i * s
+        if not any(lo <= start + j * d < lo + n for j in range(k)):
+            return False
+    return True
 
 
 def _conv_key(

@@ -465,6 +465,135 @@ def conv_is_fast(
     return ok
 
 
+#: answers of conv_agrees / pool_agrees by the call's facts
+_agrees: dict[tuple[Any, ...], bool] = {}
+
+
+def _stand_in(t: Tensor, gen: torch.Generator, grad: bool) -> Tensor:
+    """Random values in ``t``'s shape, strides and dtype (never the global generator)."""
+    v = torch.randn(t.shape, generator=gen, dtype=torch.float32).to(t.dtype)
+    out = torch.empty_strided(t.shape, t.stride(), dtype=t.dtype).copy_(v)
+    return out.requires_grad_(grad)
+
+
+def _close(got: Tensor | None, want: Tensor | None, dtype: torch.dtype) -> bool:
+    if got is None or want is None:
+        return got is None and want is None
+    got, want = got.detach().double(), want.detach().double()
+    if got.shape != want.shape or not bool(torch.isfinite(got).all()):
+        return False
+    tol = 3e-2 if dtype == torch.bfloat16 else 1e-4
+    scale = float(want.abs().max()) if want.numel() else 0.0
+    return bool(torch.allclose(got, want, rtol=tol, atol=tol * max(scale, 1.0)))
+
+
+def _agree(
+    key: tuple[Any, ...],
+    inputs: Sequence[Tensor | None],
+    native_fn: Any,
+    reference: Any,
+    training: bool,
+) -> bool:
+    """Whether oneDNN's result (and, in training, its gradients) equals torch's reference
+    on random stand-ins of ``inputs``; remembered per call signature. oneDNN has kernels
+    that compute garbage for some signatures (a bf16 3-D transposed conv's weight gradient
+    on channels-last inputs, under AVX-512 without AMX): such a signature runs on torch."""
+    ok = _agrees.get(key)
+    if ok is not None:
+        return ok
+    gen = torch.Generator().manual_seed(0)
+    dtype = next(t for t in inputs if t is not None).dtype
+    try:
+        with torch.enable_grad() if training else torch.no_grad():
+            ins = [None if t is None else _stand_in(t, gen, training) for t in inputs]
+            got = native_fn(*ins)
+            ref_ins = [
+                None if t is None else t.detach().double().requires_grad_(training) for t in ins
+            ]
+            want = reference(*ref_ins)
+            ok = _close(got, want, dtype)
+            if ok and training:
+                g = _stand_in(got, gen, False)
+                live = [t for t in ins if t is not None]
+                ref_live = [t for t in ref_ins if t is not None]
+                grads = torch.autograd.grad(got, live, g)
+                ref_grads = torch.autograd.grad(want, ref_live, g.double())
+                ok = all(_close(a, b, dtype) for a, b in zip(grads, ref_grads))
+    except (NativeError, RuntimeError):
+        ok = False
+    if len(_agrees) > 4096:
+        _agrees.clear()
+    _agrees[key] = ok
+    return ok
+
+
+def conv_agrees(
+    x: Tensor,
+    w: Tensor,
+    b: Tensor | None,
+    s: Sequence[int],
+    d: Sequence[int],
+    pads: Pairs,
+    groups: int,
+    *,
+    transposed: bool = False,
+    training: bool = False,
+) -> bool:
+    """oneDNN's conv (forward, and both backward passes when ``training``) equals torch's
+    ``F.pad`` + conv on random stand-ins of these tensors: checked once per signature."""
+    kind = 1 if transposed else 0
+    key = (*_call_key(kind, x, w, b is not None, s, d, pads, groups, training), _threads())
+
+    def native_fn(x: Tensor, w: Tensor, b: Tensor | None) -> Tensor:
+        return conv(x, w, b, s, d, pads, groups, transposed=transposed)
+
+    def reference(x: Tensor, w: Tensor, b: Tensor | None) -> Tensor:
+        return _conv_reference(kind, x, w, b, s, d, pads, groups)
+
+    return _agree(key, (x, w, b), native_fn, reference, training)
+
+
+def pool_agrees(
+    kind: str,
+    x: Tensor,
+    out_sizes: Sequence[int],
+    k: Sequence[int],
+    s: Sequence[int],
+    d: Sequence[int],
+    pads: Pairs,
+    *,
+    training: bool = False,
+) -> bool:
+    """As :func:`conv_agrees`, for a pool."""
+    alg = POOL_ALG[kind]
+    key: tuple[Any, ...] = (
+        "pool",
+        alg,
+        x.shape,
+        x.stride(),
+        x.dtype,
+        tuple(out_sizes),
+        tuple(k),
+        tuple(s),
+        tuple(d),
+        tuple(pads),
+        training,
+        _threads(),
+    )
+
+    def native_fn(x: Tensor) -> Tensor:
+        return pool(kind, x, out_sizes, k, s, d, pads)
+
+    def reference(x: Tensor) -> Tensor:
+        return _pool_reference(alg, x, out_sizes, k, s, d, pads)
+
+    return _agree(key, (x,), native_fn, reference, training)
+
+
+def _threads() -> int:
+    return torch.get_num_threads()
+
+
 def pool_is_fast(
     kind: str,
     x: Tensor,
