@@ -129,6 +129,71 @@ def test_crop_conv_weight_gradient_has_no_dropped_window() -> None:
         assert_ieee_close(layer.weight.grad, w.grad, 1e-5, 1e-5, "weight gradient")
 
 
+@pytest.fixture(params=["forced", "default"])
+def backend_on(request: pytest.FixtureRequest) -> Iterator[str]:
+    """The oneDNN backend forced onto every op it takes, or as its tuner picks."""
+    before, force = _dispatch.active, _dispatch.HOOK.force
+    if not native.enable(required=False):
+        pytest.skip("the oneDNN backend does not build here")
+    _dispatch.HOOK.force = request.param == "forced"
+    yield request.param
+    _dispatch.active, _dispatch.HOOK.force = before, force
+
+
+@pytest.mark.usefixtures("backend_on")
+def test_backend_max_pool_keeps_nan() -> None:
+    x = torch.randn(2, 32, 56, 56)
+    x[1, 7, 20, 31] = NAN
+    layer = pnn.MaxPool2d(3, 2, padding="same")
+    ref = F.max_pool2d(F.pad(x, (0, 1, 0, 1), value=-INF), 3, 2)
+    assert bool(ref.isnan().any())
+    for _ in range(3):  # first call (the tuner's), then the remembered choice
+        assert_ieee_close(layer(x), ref, 0, 0, "MaxPool2d")
+        assert_ieee_close(PF.max_pool2d(x, 3, 2, "same"), ref, 0, 0, "max_pool2d")
+
+
+@pytest.mark.usefixtures("backend_on")
+def test_backend_max_pool_window_of_only_minus_inf() -> None:
+    x = torch.randn(2, 32, 56, 56)
+    x[:, :, 54:, :] = -INF
+    layer = pnn.MaxPool2d(3, 2, padding="same")
+    ref = F.max_pool2d(F.pad(x, (0, 1, 0, 1), value=-INF), 3, 2)
+    assert bool((ref == -INF).any())
+    for _ in range(3):
+        assert_ieee_close(layer(x), ref, 0, 0, "MaxPool2d")
+    # a dilated window whose taps all fall on padding: -inf, as the reference
+    x = torch.randn(2, 16, 1, 1)
+    got = PF.max_pool2d(x, 2, 1, padding=((2, 2), (2, 2)), dilation=3)
+    ref = F.max_pool2d(F.pad(x, (2, 2, 2, 2), value=-INF), 2, 1, dilation=3)
+    assert bool((ref == -INF).any())
+    assert_ieee_close(got, ref, 0, 0, "dilated max_pool2d")
+
+
+@pytest.mark.usefixtures("backend_on")
+def test_backend_bf16_transposed_3d_weight_gradient() -> None:
+    """oneDNN 3.2's bf16 3-D transposed conv on channels-last input gives a garbage weight
+    gradient under AVX-512 without AMX; the backend checks each signature against torch's
+    reference first (run this under ONEDNN_MAX_CPU_ISA=AVX512_CORE_BF16 to meet it)."""
+    torch.manual_seed(0)
+    layer = pnn.ConvTranspose3d(6, 4, (3, 2, 4), stride=(1, 3, 2), padding=((1, 2), (0, 0), (1, 0)))
+    layer = layer.bfloat16()
+    x = torch.randn(2, 6, 3, 2, 2).bfloat16().contiguous(memory_format=torch.channels_last_3d)
+    w = layer.weight.detach().double().requires_grad_()
+    xd = x.double().requires_grad_()
+    full = F.conv_transpose3d(xd, w, layer.bias.detach().double(), (1, 3, 2))
+    ref = full[:, :, 1 : full.shape[2] - 2, :, 1:]
+    ref.backward(torch.ones_like(ref))
+    for _ in range(2):
+        layer.zero_grad()
+        xg = x.detach().requires_grad_()
+        y = layer(xg)
+        y.backward(torch.ones_like(y))
+        assert layer.weight.grad is not None and xg.grad is not None
+        assert_ieee_close(y, ref, 0.05, 0.05, "output")
+        assert_ieee_close(layer.weight.grad, w.grad, 0.02, 0.1, "weight gradient")
+        assert_ieee_close(xg.grad, xd.grad, 0.02, 0.1, "input gradient")
+
+
 @pytest.mark.usefixtures("backend_off")
 def test_max_pool_window_of_only_padding_or_minus_inf() -> None:
     x = torch.full((1, 1, 4), -INF)
