@@ -649,20 +649,29 @@ def test_unsteady_measurements_hold_for_the_process_only(
     assert again.known(keys["a"]) is True and again.known(keys["b"]) is None
 
 
-def test_time_pair_reports_a_stall_as_unsteady() -> None:
+def test_time_pair_reports_a_stall_as_unsteady(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a clock the timed functions advance themselves (no real time, no load), a side
+    that stalls for a few rounds makes the measurement unsteady; an even pair is steady."""
     from padkit.native import _tune
 
+    now = [0.0]
+    monkeypatch.setattr(_tune.time, "perf_counter", lambda: now[0])
     calls = {"n": 0}
 
-    def stalls_once_in_a_while() -> None:  # 6 calls a round: rounds 3 to 5 stall
+    def stalls_for_a_while() -> None:  # 6 calls a round: rounds 3 to 5 stall
         calls["n"] += 1
-        time.sleep(0.004 if 14 <= calls["n"] <= 31 else 0.0005)
+        now[0] += 0.004 if 14 <= calls["n"] <= 31 else 0.0005
 
     def even() -> None:
-        time.sleep(0.0005)
+        now[0] += 0.0005
 
-    *_, steady = _tune._time_pair(even, stalls_once_in_a_while)
+    def also_even() -> None:
+        now[0] += 0.00025
+
+    *_, steady = _tune._time_pair(even, stalls_for_a_while)
     assert steady is False
+    t, n, steady = _tune._time_pair(even, also_even)
+    assert steady is True and n < t
 
 
 @requires_backend
