@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 import torch
 import torch.nn.functional as F
+from torch import Tensor
 
 import padkit.functional as PF
 import padkit.native as native
@@ -688,7 +689,11 @@ def test_measured_choice_is_recorded_and_exact(tmp_path: Path) -> None:
         torch.manual_seed(1)
         x = torch.randn(2, 8, 15, 14, requires_grad=True)
         w = torch.randn(8, 8, 3, 3, requires_grad=True)
-        for training in (False, True):
+        # a signature's first call runs on torch and measures nothing (a size seen once
+        # never pays for a measurement); the second measures and keeps the faster side
+        for call, training in enumerate((False, True, False, True)):
+            if call == 2:  # each signature has been seen once: nothing measured yet
+                assert native.info()["choices"] == []
             with torch.set_grad_enabled(training):
                 out = PF.conv2d(x, w, None, 2, ((0, 1), (1, 2)))
                 pooled = PF.max_pool2d(x, 3, 2, ((0, 1), (1, 0)))
@@ -813,3 +818,58 @@ def test_build_is_cached() -> None:
     assert lib.path.is_file()
     assert _build.build().path == lib.path
     assert lib.runtime_version[0] == 3
+
+
+def test_choices_are_bounded_oldest_first(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from padkit.native import _tune
+
+    monkeypatch.setattr(_tune, "MAX_CHOICES", 3)
+    monkeypatch.setattr(_tune, "_time_pair", lambda a, b: (2e-3, 1e-3, True))
+    tuner = _tune.Tuner()
+    tuner.attach(tmp_path, "avx2", (3, 2, 0))
+    keys = [("conv", (3, 3), (1, 1), (1, 1), ((0, 1), (0, 1)), 1, (c, c)) for c in range(5)]
+    for key in keys:
+        tuner.decide(key, lambda: None, lambda: None, contextlib.nullcontext)
+    assert list(tuner.choices) == keys[2:]
+    again = _tune.Tuner()
+    again.attach(tmp_path, "avx2", (3, 2, 0))
+    assert [again.known(k) for k in keys] == [None, None, True, True, True]
+
+
+@requires_backend
+def test_a_size_seen_once_measures_nothing(tmp_path: Path) -> None:
+    """Variable-size inputs (every size new) run on torch's plan on their first call and
+    never wait for a measurement; a size met again is decided then."""
+    assert native.enable()
+    tuner = _dispatch.HOOK.tuner
+    before = (tuner.measure, tuner.path)
+    lib = native.load()
+    tuner.attach(tmp_path, lib.isa, lib.runtime_version)
+    native.set_tuning(True)
+    try:
+        conv = pnn.Conv2d(4, 8, 3, stride=2, padding="same")
+
+        def ref(x: Tensor) -> Tensor:  # TF 'same', k3 s2: total max(2 - (n - 1) % 2, 0)
+            pads = []
+            for n in reversed(x.shape[2:]):
+                total = max((-(-n // 2) - 1) * 2 + 3 - n, 0)
+                pads += [total // 2, total - total // 2]
+            return F.conv2d(F.pad(x, pads), conv.weight, conv.bias, 2)
+
+        seen = _dispatch.HOOK.seen
+        with torch.no_grad():
+            for n in range(20, 26):
+                x = torch.randn(1, 4, n, n + 1)
+                _close(conv(x), ref(x))
+            assert native.info()["choices"] == []
+            assert _dispatch.HOOK.seen == seen + 6
+            x = torch.randn(1, 4, 21, 22)
+            _close(conv(x), ref(x))
+        assert len(native.info()["choices"]) == 1
+    finally:
+        tuner.measure = before[0]
+        tuner.path = before[1]
+        tuner.choices.clear()
+        tuner.timings.clear()
+        tuner._loaded = False
+        native.disable()

@@ -30,7 +30,7 @@ import os
 import threading
 from typing import Any
 
-from . import _build, _dispatch, _ops
+from . import _build, _dispatch, _ops, _tune
 from ._build import BuildError
 from ._ops import NativeError
 
@@ -138,7 +138,10 @@ def info() -> dict[str, Any]:
     instruction set oneDNN dispatches to on this CPU (after ``ONEDNN_MAX_CPU_ISA``);
     ``cpu``; ``error``: why the backend is not loaded, if it is not; ``fallbacks``: ops
     oneDNN refused; ``tuning``: ``"measured"`` or ``"deterministic"``; ``choices``: each op
-    signature timed so far, the side that runs it and both times; ``choices_file``.
+    signature timed so far, the side that runs it, both times and whether it was saved
+    (measured steadily); ``choices_file``; ``choices_kept``: how many choices are held (at
+    most ``choices_limit``, the oldest dropped first); ``signatures_seen``: call signatures
+    met so far (the first call of each runs on torch and measures nothing).
     """
     on = enabled()
     lib: _build.Library | None = _state["lib"]
@@ -155,6 +158,9 @@ def info() -> dict[str, Any]:
         "tuning": "measured" if tuner.measure else "deterministic",
         "choices": tuner.table() if lib is not None else [],
         "choices_file": None if tuner.path is None else str(tuner.path),
+        "choices_kept": len(tuner.choices),
+        "choices_limit": _tune.MAX_CHOICES,
+        "signatures_seen": _dispatch.HOOK.seen,
     }
 
 

@@ -70,8 +70,17 @@ class Hook:
         self.force = False
         self.fallbacks: Counter[str] = Counter()
         self.tuner = _tune.Tuner()
-        #: conv decisions by call signature (shapes, strides, dtype, pads, threads, mode)
-        self._decided: dict[tuple[Any, ...], bool] = {}
+        #: decisions by call signature (shapes, strides, dtype, pads, threads, mode): True
+        #: (oneDNN), False (torch), or None for a signature seen once, which ran on torch
+        self._decided: dict[tuple[Any, ...], bool | None] = {}
+        #: how many call signatures have been seen (the first sighting of each runs on torch)
+        self.seen = 0
+
+    def _first_sighting(self, memo: tuple[Any, ...]) -> None:
+        if len(self._decided) > 4096:
+            self._decided.clear()
+        self._decided[memo] = None
+        self.seen += 1
 
     def _go(self, x: Tensor, *rest: Tensor | None) -> bool:
         # tracing first: dynamo must not see the checks on the tensors below
@@ -238,13 +247,17 @@ class Hook:
                 self.tuner.version,
                 self.tuner.measure and torch_run is not None,
             )
-            use = self._decided.get(memo)
-            if use is None:
+            use = self._decided.get(memo, _NEW)
+            if use is _NEW and memo[-1]:
+                # measured mode: a signature's first call runs on torch, so a size seen once
+                # (variable-length audio, detection resizes, a stream's last chunk) never
+                # pays for oneDNN's kernel queries, checks, timing and primitive creation
+                self._first_sighting(memo)
+                return None
+            if use is None or use is _NEW:
                 use = self._go(x, w, b) and self._conv_choice(
                     strategy, x, w, b, s, d, pads, groups, training, torch_run, transposed
                 )
-                if len(self._decided) > 4096:
-                    self._decided.clear()
                 self._decided[memo] = use
             if not use:
                 return None
@@ -296,8 +309,11 @@ class Hook:
                 self.tuner.version,
                 measure,
             )
-            use = self._decided.get(memo)
-            if use is None:
+            use = self._decided.get(memo, _NEW)
+            if use is _NEW and measure:
+                self._first_sighting(memo)
+                return None
+            if use is None or use is _NEW:
                 use = (
                     self._pool_ok(k, s, d, pads, outs, x)
                     and _ops.pool_is_fast(kind, x, outs, k, s, d, pads, training=training)
@@ -314,8 +330,6 @@ class Hook:
                         return _ops.pool(kind, x, outs, k, s, d, pads)
 
                     use = self._measured(key, (x,), torch_run, native, training)
-                if len(self._decided) > 4096:
-                    self._decided.clear()
                 self._decided[memo] = use
             if not use:
                 return None
@@ -483,6 +497,9 @@ def _torch_only() -> Iterator[None]:
     finally:
         active = before
 
+
+#: a call signature not seen before
+_NEW: Any = object()
 
 HOOK = Hook()
 

@@ -49,6 +49,9 @@ MARGIN = 0.95
 #: stall (another process, a frequency drop) during the measurement leaves a choice that
 #: holds for this process only and is measured again by the next.
 STEADY = 1.5
+#: the most choices kept (in memory and in the file): past it the oldest are dropped first
+#: (loaded ones before those measured in this process), and are measured again if met
+MAX_CHOICES = 2048
 
 
 def bucket(n: int) -> int:
@@ -126,6 +129,7 @@ class Tuner:
                 key = _key_from_json(row["key"])
                 self.timings.setdefault(key, (float(row["torch"]), float(row["native"])))
                 self.choices.setdefault(key, bool(row["native"] < row["torch"] * MARGIN))
+            self._evict()
         except (OSError, ValueError, KeyError, TypeError):
             return  # a damaged file is measured again and rewritten
 
@@ -174,11 +178,21 @@ class Tuner:
                 t_torch, t_native, steady = _time_pair(run_torch, run_native)
             self.timings[key] = (t_torch, t_native)
             choice = self.choices[key] = t_native < t_torch * MARGIN
+            self._evict()
             if steady:
                 self._save()
             else:
                 self.unsteady.add(key)
             return choice
+
+    def _evict(self) -> None:
+        """Keep at most :data:`MAX_CHOICES`, dropping the oldest (dicts keep insertion order:
+        the file's rows first, then this process's measurements)."""
+        while len(self.choices) > MAX_CHOICES:
+            old = next(iter(self.choices))
+            del self.choices[old]
+            self.timings.pop(old, None)
+            self.unsteady.discard(old)
 
     def forget(self) -> None:
         """Drop every choice, in memory and on disk (they are measured again)."""

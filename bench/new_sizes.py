@@ -1,0 +1,143 @@
+"""What unseen input sizes cost: padkit against torch's own layers on streams of new sizes.
+
+Real workloads rarely repeat a size: detection resizes every image to a fixed short side,
+audio files have their own lengths, a stream's last chunk is short. Each run starts a fresh
+process with an empty choices file (the native backend measures nothing yet) and feeds
+two models, interleaved call by call, the same sequence of sizes:
+
+* ``2-D``: a TF-'same' CNN (stem 3x3 s2, depthwise 3x3 s2, 1x1, max pool 3x3 s2) on
+  ``--count`` sizes from 200x180 up, batch 1;
+* ``1-D``: a causal dilated Conv1d stack (dilations 1, 2, 4, 8; 32 channels) on lengths
+  from 4000 up;
+
+against the same models with torch's symmetric padding (the same FLOPs). It prints the
+ratio of the summed times per pass: pass 0 meets every size for the first time, pass 1
+meets them again, pass 2 is the steady state. Run ``python bench/new_sizes.py --help``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+CHILD = r"""
+import json, sys, time
+import torch
+from torch import nn
+import padkit.nn as pn
+
+kind, count, threads, passes = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+torch.set_num_threads(threads)
+import pathlib
+import padkit.native as native
+from padkit.native import _dispatch
+if native.available():  # the built library as cached; measured choices start empty
+    lib = native.load()
+    _dispatch.HOOK.tuner.attach(pathlib.Path(sys.argv[5]), lib.isa, lib.runtime_version)
+torch.manual_seed(0)
+
+
+def cnn(padkit):
+    if padkit:
+        return nn.Sequential(
+            pn.Conv2d(3, 32, 3, 2, padding="same"), nn.ReLU(),
+            pn.Conv2d(32, 32, 3, 2, padding="same", groups=32), pn.Conv2d(32, 64, 1),
+            pn.MaxPool2d(3, 2, padding="same"),
+        )
+    return nn.Sequential(
+        nn.Conv2d(3, 32, 3, 2, padding=1), nn.ReLU(),
+        nn.Conv2d(32, 32, 3, 2, padding=1, groups=32), nn.Conv2d(32, 64, 1),
+        nn.MaxPool2d(3, 2, padding=1),
+    )
+
+
+def tcn(padkit):
+    layers = []
+    for d in (1, 2, 4, 8):
+        conv = (pn.Conv1d(32, 32, 3, dilation=d, padding="causal") if padkit
+                else nn.Conv1d(32, 32, 3, dilation=d, padding=d))
+        layers += [conv, nn.ReLU()]
+    return nn.Sequential(*layers)
+
+
+build = cnn if kind == "2-D" else tcn
+ours, theirs = build(True).eval(), build(False).eval()
+theirs.load_state_dict(ours.state_dict())
+if kind == "2-D":
+    inputs = [torch.randn(1, 3, 200 + 7 * i, 180 + 5 * i) for i in range(count)]
+    warm = torch.randn(1, 3, 64, 64)
+else:
+    inputs = [torch.randn(1, 32, 4000 + 37 * i) for i in range(count)]
+    warm = torch.randn(1, 32, 1000)
+rows = []
+with torch.no_grad():
+    ours(warm), theirs(warm)  # import-time and first-call costs, on a size not timed
+    for p in range(passes):
+        t_ours = t_theirs = 0.0
+        for i, x in enumerate(inputs):
+            order = (ours, theirs) if i % 2 == 0 else (theirs, ours)
+            for m in order:
+                t0 = time.perf_counter()
+                m(x)
+                dt = time.perf_counter() - t0
+                if m is ours:
+                    t_ours += dt
+                else:
+                    t_theirs += dt
+        rows.append((t_ours, t_theirs))
+info = native.info()
+print(json.dumps({"rows": rows, "backend": info["enabled"], "kept": info["choices_kept"]}))
+"""
+
+
+def run(kind: str, count: int, threads: int, passes: int) -> dict[str, object]:
+    with tempfile.TemporaryDirectory() as choices:
+        env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parent.parent))
+        out = subprocess.run(
+            [sys.executable, "-c", CHILD, kind, str(count), str(threads), str(passes), choices],
+            capture_output=True,
+            text=True,
+            env=env,
+            check=True,
+        )
+        result: dict[str, object] = json.loads(out.stdout.strip().splitlines()[-1])
+        return result
+
+
+def main() -> None:
+    from common import env_header
+
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--count", type=int, default=40, help="sizes per stream")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--passes", type=int, default=3)
+    ap.add_argument("--repeats", type=int, default=3, help="fresh processes per workload")
+    args = ap.parse_args()
+    print(env_header(args.threads))
+    print()
+    print("| workload | pass | padkit ms | torch ms | padkit / torch (median of runs) | runs |")
+    print("|---|---|---|---|---|---|")
+    for kind in ("2-D", "1-D"):
+        runs = [run(kind, args.count, args.threads, args.passes) for _ in range(args.repeats)]
+        for p in range(args.passes):
+            pairs = [r["rows"][p] for r in runs]  # type: ignore[index]
+            ratios = sorted(a / b for a, b in pairs)
+            ours = sorted(a for a, _ in pairs)[len(pairs) // 2] * 1e3
+            theirs = sorted(b for _, b in pairs)[len(pairs) // 2] * 1e3
+            spread = ", ".join(f"{r:.2f}" for r in ratios)
+            print(
+                f"| {kind} | {p} | {ours:.1f} | {theirs:.1f} | "
+                f"{ratios[len(ratios) // 2]:.2f} | {spread} |"
+            )
+
+
+if __name__ == "__main__":
+    main()
