@@ -484,7 +484,10 @@ class Op:
             # forward never returns indices
             return_indices=getattr(m, "return_indices", False) and not timm_same,
             norm_type=getattr(m, "norm_type", None),
-            padding_value=getattr(m, "padding_value", -math.inf) if kind == "max" else -math.inf,
+            # (a padkit max pool's: another class's attribute of that name may mean other pads)
+            padding_value=getattr(m, "padding_value", -math.inf)
+            if kind == "max" and any(c.__module__.startswith("padkit.") for c in type(m).__mro__)
+            else -math.inf,
             **common,
         )
 

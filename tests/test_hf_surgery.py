@@ -215,7 +215,7 @@ def test_convert_bit_zero_padded_max_pool() -> None:
     new, report = convert(model)
     _same_outputs(model, new)
     assert report.skipped == []
-    assert "0.0 pad of 'embedder.pooler'" in " ".join(c.detail for c in report.changes)
+    assert "0.0 pad of 'embedder.pooler" in " ".join(c.detail for c in report.changes)
     assert _pad_calls(new, torch.randn(1, 3, 64, 64)) == 0
 
 

@@ -1192,15 +1192,17 @@ def _wrong_input(
         where += f", in_channels={layer.in_channels}"
     else:
         where += f", {type(layer).__name__}"
-    facts = [
-        ("channels", 1, int(x.shape[1]), int(buf.shape[1])) if td != 1 else None,
-        ("batch size", 0, int(x.shape[0]), int(buf.shape[0])),
+    facts: list[tuple[str, int | None, Any, Any]] = [
         ("dtype", None, x.dtype, buf.dtype),
         ("device", None, x.device, buf.device),
     ]
+    if ctx.static_pos is None:  # not exporting: sizes are plain ints (no int() on a SymInt)
+        facts[:0] = [("batch size", 0, x.shape[0], buf.shape[0])]
+        if td != 1:
+            facts[:0] = [("channels", 1, x.shape[1], buf.shape[1])]
     chunk = ctx.chunk
     for fact in facts:
-        if fact is None or fact[2] == fact[3]:
+        if fact[2] == fact[3]:
             continue
         what, axis, got, want = fact
         unit = f"{got} {what}" if what == "channels" else f"{what} {got}"

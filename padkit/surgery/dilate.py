@@ -444,6 +444,12 @@ class _Dilation:
                         path, "ceil_mode may drop a window that starts in the padding"
                     )
                 extra = s - 1
+                if layer.kind == "max" and not layer.neutral_pads:
+                    raise self.refuse(
+                        path,
+                        f"ceil_mode with padding_value={layer.padding_value}: on the dense "
+                        "grid the ceil overhang becomes pads, which would hold that value",
+                    )
             extras.append(f * extra)
             new_pairs.append((f * lo, f * (hi + extra)))
         stride = tuple(1 if c else s for s, c in zip(layer.stride, convert))
