@@ -39,7 +39,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from .op import Op, lowest_value
+from .op import Op, max_pad_fill
 from .spec import Padding, PaddingError, pool_output_size
 
 __all__ = ["all_static", "conv", "conv_transpose", "exporting", "pool", "static_shape"]
@@ -317,8 +317,10 @@ class _Op:
     count_include_pad: bool = True
     divisor: int | None = None
     p: float = 2.0
-    #: what a max pool pads with (padkit.op.lowest_value of the input)
+    #: what a max pool pads with (padkit.op.lowest_value of the input, or its padding_value)
     lowest: float = -math.inf
+    #: a max pool's pads hold a chosen padding_value (an explicit Pad with it, no own pads)
+    valued: bool = False
 
     @property
     def k_eff(self) -> tuple[int, ...]:
@@ -818,8 +820,10 @@ def _emit_pool(b: _Builder, op: _Op, x: Any, sizes: Sequence[Any], lead: list[An
         attrs["count_include_pad"] = 1 if sem in ("sum", "incl") else 0
     if node == "LpPool":
         attrs["p"] = int(op.p)
-    auto = _auto_pad(op, axes)
-    if auto is not None:
+    auto = None if op.valued else _auto_pad(op, axes)
+    if op.valued and (axes.any_dyn or any(p != (0, 0) for p in axes.pairs)):
+        out = _valued_max_pool(b, op, cur, axes, sizes, lead, attrs)
+    elif auto is not None:
         attrs["auto_pad"] = auto
         attrs["ceil_mode"] = 0  # SAME windows fit exactly: nothing to round
         out = b.node(
@@ -859,6 +863,42 @@ def _emit_pool(b: _Builder, op: _Op, x: Any, sizes: Sequence[Any], lead: list[An
         if op.kind == "lp_pool":
             out = b.pow(out, 1.0 / float(op.p), dtype)
     return out
+
+
+def _valued_max_pool(
+    b: _Builder,
+    op: _Op,
+    x: Any,
+    axes: _Axes,
+    sizes: Sequence[Any],
+    lead: list[Any],
+    attrs: dict[str, Any],
+) -> Any:
+    """A max pool whose pads hold ``padding_value``: one ``Pad`` with that value (static
+    pads, and the TF ``same`` pads of dynamic axes computed in the graph), then a
+    ``MaxPool`` without pads of its own (its pads would hold -inf)."""
+    if op.ceil:
+        raise PaddingError(
+            f"{op.fname}(): padding_value={op.lowest} with ceil_mode has no exact ONNX form "
+            "here (the ceil overhang must stay out of the windows while the pads count); "
+            "export with ceil_mode=False or padding_value=-inf"
+        )
+    nd = op.nd
+    pre = [axes.pairs[i] if axes.dyn[i] is None else (0, 0) for i in range(nd)]
+    cur, cur_sizes = x, list(sizes)
+    if any(p != (0, 0) for p in pre):
+        cur, cur_sizes = _const_pad(b, op, cur, pre, cur_sizes, lead, "constant", op.lowest)
+    if axes.any_dyn:
+        cur, cur_sizes = _dynamic_pad(b, op, cur, axes, cur_sizes, lead, "constant", op.lowest)
+    attrs["pads"] = [0] * (2 * nd)
+    attrs["ceil_mode"] = 0
+    out_sizes = [
+        _ceil_div(sizes[i], op.s[i])
+        if axes.dyn[i] is not None
+        else _sym_pool_out(sizes[i], op.k_eff[i], op.s[i], *axes.pairs[i], False)
+        for i in range(nd)
+    ]
+    return b.node("MaxPool", [cur], attrs, [*lead, *out_sizes], op.dtype)
 
 
 def _choose_cfgs(
@@ -1000,7 +1040,10 @@ def _lowering(fname: str, rec: Op, x: Tensor, eager: Eager, **extra: Any) -> _Op
         count_include_pad=rec.count_include_pad,
         divisor=rec.divisor_override,
         p=rec.norm_type if rec.norm_type is not None else 2.0,
-        lowest=lowest_value(x) if rec.kind == "max" else -math.inf,
+        lowest=max_pad_fill(x, rec.padding_value, where=f"{fname}()")
+        if rec.kind == "max"
+        else -math.inf,
+        valued=rec.kind == "max" and not rec.neutral_pads,
         **extra,
     )
 

@@ -40,6 +40,7 @@ __all__ = [
     "check_output_padding",
     "check_padding_mode",
     "lowest_value",
+    "max_pad_fill",
 ]
 
 #: The op kinds: convolution, transposed convolution, and max/average/power-average pooling.
@@ -83,6 +84,87 @@ def lowest_value(x: Tensor) -> float:
     scales = x.q_per_channel_scales().double()
     zeros = x.q_per_channel_zero_points().double()
     return float(((qmin - zeros) * scales).min())
+
+
+def check_padding_value(value: Any, *, name: str = "padding_value") -> float:
+    """Validate a max pool's ``padding_value``: a real number (an int or a float, -inf
+    meaning :func:`lowest_value`, the default), not NaN. Returns it as a float."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(
+            f"{name} must be a float (-inf, the default, pads with the lowest value the input "
+            f"holds; any other number pads with that number), got {type(value).__name__} "
+            f"({value!r})"
+        )
+    v = float(value)
+    if math.isnan(v):
+        raise PaddingError(
+            f"{name} must be a number that is not NaN (-inf, the default, or any other "
+            f"float), got {value!r}"
+        )
+    return v
+
+
+def max_pad_fill(x: Tensor, value: float = -math.inf, *, where: str = "") -> float:
+    """What a max pool pads ``x`` with for ``padding_value=value``: :func:`lowest_value` for
+    -inf (the default), else ``value`` itself, which must be one ``x`` can hold exactly.
+
+    An integer tensor takes an integral value in its dtype's range; a quantized tensor a
+    value its quantization represents exactly, ``(q - zero_point) * scale`` for an integer
+    ``q`` in ``[qmin, qmax]`` (per channel: the same ``q`` on every channel, since a pad
+    holds one integer). A floating-point tensor takes any value, rounded to its dtype as
+    ``F.pad`` rounds it. Returns the float to pad ``x`` with (for a quantized tensor, the
+    value whose quantization is ``q``)."""
+    if value == -math.inf:
+        return lowest_value(x)
+    dtype = x.dtype
+    if dtype.is_floating_point:
+        return value
+    prefix = f"{where}: " if where else ""
+    if dtype == torch.bool:
+        raise TypeError(f"{prefix}max pooling does not support bool tensors")
+    info = torch.iinfo(dtype)
+    if not x.is_quantized:
+        if value != math.floor(value) or not info.min <= value <= info.max:
+            raise PaddingError(
+                f"{prefix}padding_value={value!r} cannot pad a {dtype} input exactly: it takes "
+                f"an integer in [{info.min}, {info.max}] (or -inf, its minimum)"
+            )
+        return value
+    q = quantized_pad(x, value, where=where)
+    if x.qscheme() in _PER_TENSOR:
+        return float((q - x.q_zero_point()) * x.q_scale())
+    return value
+
+
+def quantized_pad(x: Tensor, value: float, *, where: str = "") -> int:
+    """The integer ``q`` whose dequantization is exactly ``value`` on quantized ``x`` (on
+    every channel for per-channel quantization), or a :class:`PaddingError`."""
+    info = torch.iinfo(x.dtype)
+    if x.qscheme() in _PER_TENSOR:
+        pairs = [(float(x.q_scale()), int(x.q_zero_point()))]
+    else:
+        scales = x.q_per_channel_scales().double().tolist()
+        zeros = x.q_per_channel_zero_points().tolist()
+        pairs = list(zip(scales, (int(z) for z in zeros)))
+    found: set[int] = set()
+    for scale, zero in pairs:
+        q = round(value / scale) + zero
+        if not info.min <= q <= info.max or not math.isclose(
+            (q - zero) * scale, value, rel_tol=1e-9, abs_tol=1e-12 * scale
+        ):
+            found.add(info.min - 1)  # no q represents it
+            break
+        found.add(q)
+    if len(found) != 1 or next(iter(found)) < info.min:
+        prefix = f"{where}: " if where else ""
+        raise PaddingError(
+            f"{prefix}padding_value={value!r} is not exactly representable by the input's "
+            f"quantization ({x.qscheme()}, {x.dtype}, scales and zero points "
+            f"{pairs[:4]}{'...' if len(pairs) > 4 else ''}); pass a value (q - zero_point) * "
+            "scale for an integer q in the dtype's range (the same q on every channel), or "
+            "-inf for the lowest representable value"
+        )
+    return next(iter(found))
 
 
 def check_padding_mode(
@@ -159,6 +241,9 @@ class Op:
         ceil_mode, count_include_pad, divisor_override, return_indices, norm_type: the pool
             flags (their torch defaults for other kinds).
         output_padding: a transposed conv's extra end length (zeros for other kinds).
+        padding_value: what a max pool's pads hold: -inf (the default) for the lowest value
+            the input holds (:func:`lowest_value`), or any other number (-inf for other
+            kinds).
 
     Example:
         >>> op = Op.make("max", 2, [3, 3], [], padding="same")
@@ -180,6 +265,7 @@ class Op:
     groups: int = 1
     output_padding: tuple[int, ...] = ()
     norm_type: float | None = None
+    padding_value: float = -math.inf
 
     # ------------------------------------------------------------------ building
 
@@ -201,6 +287,7 @@ class Op:
         return_indices: Any = False,
         output_padding: Any = 0,
         norm_type: Any = None,
+        padding_value: Any = -math.inf,
         where: str = "",
     ) -> Op:
         """Normalise and check every argument; ``where`` prefixes error messages.
@@ -216,7 +303,7 @@ class Op:
         key = (
             None
             if compiler.is_compiling()
-            else _typed((*args, *flags, output_padding, norm_type, where))
+            else _typed((*args, *flags, output_padding, norm_type, padding_value, where))
         )
         if key is not None:
             return _make_cached(key)
@@ -235,6 +322,7 @@ class Op:
             return_indices=return_indices,
             output_padding=output_padding,
             norm_type=norm_type,
+            padding_value=padding_value,
             where=where,
         )
 
@@ -256,7 +344,8 @@ class Op:
         return_indices: Any,
         output_padding: Any,
         norm_type: Any,
-        where: str,
+        padding_value: Any = -math.inf,
+        where: str = "",
     ) -> Op:
         if kind not in KINDS:
             raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
@@ -298,6 +387,17 @@ class Op:
                         f"norm_type must be a positive number or -inf, got {norm_type!r}"
                     )
                 norm = float(norm_type)
+            fill = check_padding_value(padding_value)
+            if kind != "max" and fill != -math.inf:
+                raise PaddingError(
+                    f"padding_value is a max pool's (a {kind} op pads as its kind does), "
+                    f"got padding_value={padding_value!r}"
+                )
+            if fill != -math.inf and indices:
+                raise PaddingError(
+                    f"return_indices=True needs padding_value=-inf (a window whose maximum is "
+                    f"a pad has no input index), got padding_value={padding_value!r}"
+                )
             if kind == "conv_transpose" and mode != "zeros":
                 raise PaddingError(
                     f"padding_mode must be 'zeros' for a transposed conv (it crops its output "
@@ -320,6 +420,7 @@ class Op:
             groups=g,
             output_padding=op,
             norm_type=norm,
+            padding_value=fill,
         )
         if kind != "conv_transpose":  # a transposed conv's rules crop (functional.transpose_crops)
             try:
@@ -383,6 +484,10 @@ class Op:
             # forward never returns indices
             return_indices=getattr(m, "return_indices", False) and not timm_same,
             norm_type=getattr(m, "norm_type", None),
+            # (a padkit max pool's: another class's attribute of that name may mean other pads)
+            padding_value=getattr(m, "padding_value", -math.inf)
+            if kind == "max" and any(c.__module__.startswith("padkit.") for c in type(m).__mro__)
+            else -math.inf,
             **common,
         )
 
@@ -391,6 +496,13 @@ class Op:
     @property
     def is_pool(self) -> bool:
         return self.kind in ("max", "avg", "lp")
+
+    @property
+    def neutral_pads(self) -> bool:
+        """Whether the pads never win a max pool (``padding_value`` -inf, the lowest value):
+        torch's own symmetric pool padding and ceil-mode overhang compute the same, so the
+        plans that rely on them apply. True for other kinds."""
+        return self.padding_value == -math.inf
 
     @property
     def k_eff(self) -> tuple[int, ...]:
@@ -492,6 +604,7 @@ def _make_cached(key: Any) -> Op:
         indices,
         output_padding,
         norm_type,
+        padding_value,
         where,
     ) = _untyped(key)
     return Op._make(
@@ -509,6 +622,7 @@ def _make_cached(key: Any) -> Op:
         return_indices=indices,
         output_padding=output_padding,
         norm_type=norm_type,
+        padding_value=padding_value,
         where=where,
     )
 

@@ -345,6 +345,7 @@ def _plan_pool_cached(
     native_dtype: bool,
     float_input: bool,
     channels_last: bool,
+    neutral_pads: bool = True,
 ) -> Plan:
     return _plan_pool(
         op,
@@ -358,6 +359,7 @@ def _plan_pool_cached(
         native_dtype,
         float_input,
         channels_last,
+        neutral_pads,
     )
 
 
@@ -376,10 +378,13 @@ def plan_pool(
     channels_last: bool = False,
     cache: bool = True,
     symbolic: bool = False,
+    neutral_pads: bool = True,
 ) -> Plan:
     """The plan for a ``"max_pool"``, ``"avg_pool"`` or ``"lp_pool"`` with resolved ``pairs``.
 
-    ``cache`` and ``symbolic`` as for :func:`plan_conv`.
+    ``cache`` and ``symbolic`` as for :func:`plan_conv`. ``neutral_pads=False``: a max pool
+    whose pads hold a value that may win (``padding_value`` other than -inf), which
+    torch's own pool padding cannot give: any nonzero pads are ``explicit``.
 
     Example:
         >>> plan_pool("max_pool", ((0, 1), (0, 1)), (3, 3), (2, 2), (1, 1), (112, 112)).strategy
@@ -396,6 +401,7 @@ def plan_pool(
             native_dtype,
             float_input,
             channels_last,
+            neutral_pads,
         )
     return _plan_pool(
         *args,
@@ -404,6 +410,7 @@ def plan_pool(
         native_dtype,
         float_input,
         channels_last,
+        neutral_pads,
         traced=not cache,
     )
 
@@ -432,6 +439,7 @@ def _plan_pool(
     native_dtype: bool,
     float_input: bool = True,
     channels_last: bool = False,
+    neutral_pads: bool = True,
     traced: bool = False,
 ) -> Plan:
     nd = len(pairs)
@@ -461,6 +469,8 @@ def _plan_pool(
     undilated = all(dd == 1 for dd in d)
     if op == "lp_pool":
         return explicit("LP pooling sums x**p over each window of the zero-padded input")
+    if not neutral_pads and any(lo or hi for lo, hi in pairs):
+        return explicit("the pads hold padding_value, which torch's pool padding cannot hold")
     if op == "avg_pool" and not undilated:
         return explicit("torch's avg_pool has no dilation: window sums over a strided view")
     if not native_dtype:

@@ -208,13 +208,15 @@ def test_convert_bit_dynamic_same() -> None:
     assert "embedder.convolution.pad" in report.paths
 
 
-def test_convert_bit_zero_padded_max_pool_is_listed() -> None:
+def test_convert_bit_zero_padded_max_pool() -> None:
+    # BitMaxPool2d pads with zeros in code (DynamicPad2d), then pools: a padkit max pool
+    # whose pads hold 0.0 (padding_value) computes it, so the model converts fully
     model = bit(global_padding="SAME", layer_type="bottleneck", embedding_dynamic_padding=True)
     new, report = convert(model)
     _same_outputs(model, new)
-    reasons = {s.path: s.reason for s in report.skipped}
-    assert "padkit's max pools pad with -inf" in reasons["embedder.pooler.pad"]
-    assert "embedder.pooler" not in reasons  # a pool subclass calling its own pool
+    assert report.skipped == []
+    assert "0.0 pad of 'embedder.pooler" in " ".join(c.detail for c in report.changes)
+    assert _pad_calls(new, torch.randn(1, 3, 64, 64)) == 0
 
 
 class _PadByBuffer(nn.Module):
@@ -301,8 +303,16 @@ class _Last(nn.Module):
 @pytest.mark.parametrize("output_stride", [16, 8])
 @pytest.mark.parametrize(
     "build",
-    [resnet, regnet, lambda: mobilenet_v2(tf_padding=False), mobilenet_v2, efficientnet, convnext],
-    ids=["resnet", "regnet", "mobilenet_v2", "mobilenet_v2_tf", "efficientnet", "convnext"],
+    [
+        resnet,
+        regnet,
+        lambda: mobilenet_v2(tf_padding=False),
+        mobilenet_v2,
+        efficientnet,
+        convnext,
+        lambda: bit(embedding_dynamic_padding=True),  # GroupNorm: statistics per phase
+    ],
+    ids=["resnet", "regnet", "mobilenet_v2", "mobilenet_v2_tf", "efficientnet", "convnext", "bit"],
 )
 def test_dilate_hf_atrous_identity(build: Callable[[], nn.Module], output_stride: int) -> None:
     model = build()
@@ -371,11 +381,10 @@ class _CodePadded(nn.Sequential):
 @pytest.mark.parametrize(
     "build, path, reason",
     [
-        (lambda: bit(), "BitGroupNormActivation", "statistics of the whole map"),
         (lambda: _CodePadded("reflect"), "_Reflect", "mode 'reflect'.*dense map's edge"),
         (lambda: _CodePadded("twice"), "_Reflect", "not read by exactly one conv"),
     ],
-    ids=["bit", "reflect_pad", "pad_read_twice"],
+    ids=["reflect_pad", "pad_read_twice"],
 )
 def test_dilate_hf_refusals_name_module_class_and_reason(
     build: Callable[[], nn.Module], path: str, reason: str
@@ -452,7 +461,9 @@ def test_converted_dispatching_copy_pickles() -> None:
 
 
 @pytest.mark.parametrize(
-    "build", [mobilenet_v2, convnext, efficientnet], ids=["mnv2", "convnext", "effnet"]
+    "build",
+    [mobilenet_v2, convnext, efficientnet, lambda: bit(embedding_dynamic_padding=True)],
+    ids=["mnv2", "convnext", "effnet", "bit"],
 )
 def test_dilated_model_pickles(build: Callable[[], nn.Module]) -> None:
     """dilate()'s copies whose own code runs with calls replaced (pads re-derived for the

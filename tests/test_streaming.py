@@ -587,7 +587,11 @@ def test_bad_arguments() -> None:
         sm.step(torch.zeros(2, 2, 5), [state])  # type: ignore[arg-type]
     with pytest.raises(PaddingError, match="no entry"):
         sm.step(torch.zeros(2, 2, 5), {})
-    with pytest.raises(PaddingError, match=r"shape \(2, 2, 2\).*init_state"):
+    with pytest.raises(
+        PaddingError,
+        match=r"step\(\): chunk has batch size 3; this stream was initialised for batch size 2 "
+        r"\(layer `<model>`, in_channels=2\).*init_state",
+    ):
         sm.step(torch.zeros(3, 2, 5), state)
     with pytest.raises(PaddingError, match="batch_size"):
         sm.init_state(0)

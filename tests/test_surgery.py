@@ -244,6 +244,10 @@ FOLDS: dict[str, Callable[[], nn.Sequential]] = {
     "-inf+max": lambda: nn.Sequential(
         nn.ConstantPad2d((0, 1, 0, 1), -math.inf), nn.MaxPool2d(3, 2, padding=1, dilation=2)
     ),
+    "zero+max": lambda: nn.Sequential(nn.ZeroPad2d(1), nn.MaxPool2d(3, 2)),
+    "const+max(dilated)": lambda: nn.Sequential(
+        nn.ConstantPad2d((2, 1, 0, 1), -0.25), nn.MaxPool2d(3, 2, dilation=2)
+    ),
     "zero+lp": lambda: nn.Sequential(nn.ZeroPad2d((0, 1, 1, 0)), nn.LPPool2d(2, 3, 2)),
     "reflect+conv": lambda: nn.Sequential(nn.ReflectionPad2d((1, 2, 0, 1)), nn.Conv2d(2, 2, 3)),
     "replicate+conv1d": lambda: nn.Sequential(nn.ReplicationPad1d((2, 0)), nn.Conv1d(2, 2, 3)),
@@ -267,10 +271,10 @@ def test_fold_exact(case: str) -> None:
 
 
 REFUSED: dict[str, tuple[Callable[[], nn.Module], str, str]] = {
-    "zero+max": (
-        lambda: nn.Sequential(nn.ZeroPad2d(1), nn.MaxPool2d(3, 2)),
+    "zero+padded max": (
+        lambda: nn.Sequential(nn.ZeroPad2d(1), nn.MaxPool2d(3, 2, padding=1)),
         "0",
-        "exact only if no input is below 0.0",
+        "a padkit max pool's pads hold one value",
     ),
     "const+conv": (
         lambda: nn.Sequential(nn.ConstantPad2d(1, 0.5), nn.Conv2d(2, 2, 3)),

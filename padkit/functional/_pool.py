@@ -16,7 +16,7 @@ from torch.fx.experimental.symbolic_shapes import statically_known_true
 from .. import _export
 from .._finite import all_finite, values_visible
 from ..native import _dispatch as _backend
-from ..op import _PER_TENSOR, Op, lowest_value
+from ..op import _PER_TENSOR, Op, lowest_value, max_pad_fill, quantized_pad
 from ..plan import Plan, plan_pool
 from ..spec import (
     Padding,
@@ -309,6 +309,7 @@ def _max_pool(
     dilation: Any,
     ceil_mode: bool,
     return_indices: bool,
+    padding_value: float = -math.inf,
 ) -> Any:
     rec = Op.make(
         "max",
@@ -319,6 +320,7 @@ def _max_pool(
         dilation,
         ceil_mode=ceil_mode,
         return_indices=return_indices,
+        padding_value=padding_value,
         where=f"{fname}()",
     )
     if _export.exporting():
@@ -328,7 +330,16 @@ def _max_pool(
             rec,
             input,
             lambda xx, _w, _b: _max_pool(
-                fname, nd, xx, kernel_size, stride, padding, dilation, ceil_mode, False
+                fname,
+                nd,
+                xx,
+                kernel_size,
+                stride,
+                padding,
+                dilation,
+                ceil_mode,
+                False,
+                padding_value,
             ),
         )
     if (
@@ -340,10 +351,21 @@ def _max_pool(
             # F.pad quantizes a qint32 fill in float32: the lowest value comes back up to
             # 128 steps above qmin, above the inputs that lie there
             or input.dtype == torch.qint32
+            # a chosen value pads as its exact integer, checked once
+            or not rec.neutral_pads
         )
     ):
         return _max_pool_int_repr(
-            fname, nd, input, kernel_size, stride, padding, dilation, ceil_mode, return_indices
+            fname,
+            nd,
+            input,
+            kernel_size,
+            stride,
+            padding,
+            dilation,
+            ceil_mode,
+            return_indices,
+            rec.padding_value,
         )
     x, unbatched, k, s, d, pairs, ceil, sizes, outs = _pool_setup(fname, nd, input, rec)
     if x.dtype == torch.bool:
@@ -358,7 +380,10 @@ def _max_pool(
         ceil_mode=ceil,
         cache=not _compiling(),
         symbolic=_symbolic(sizes, s, rec.padding.needs_input_size(s)),
+        neutral_pads=rec.neutral_pads,
     )
+    if not rec.neutral_pads:
+        max_pad_fill(x, rec.padding_value, where=f"{fname}()")  # one the input holds exactly
     hook = _backend.active
     if hook is not None and not return_indices and plan.strategy != "native":
         got: Tensor | None = hook.pool(
@@ -371,8 +396,18 @@ def _max_pool(
             pairs,
             outs,
             lambda t: _max_pool(
-                fname, nd, t, kernel_size, stride, padding, dilation, ceil_mode, False
+                fname,
+                nd,
+                t,
+                kernel_size,
+                stride,
+                padding,
+                dilation,
+                ceil_mode,
+                False,
+                padding_value,
             ),
+            value=rec.padding_value,
         )
         if got is not None:
             return got.squeeze(0) if unbatched else got
@@ -391,7 +426,7 @@ def _max_pool(
                 "holds only padding, so it has no input index; use smaller pads or "
                 "return_indices=False"
             )
-    res = explicit_max_pool(x, rec, full)
+    res = explicit_max_pool(x, rec, full, pairs)
     if return_indices:
         return (res[0].squeeze(0), res[1].squeeze(0)) if unbatched else res
     return res.squeeze(0) if unbatched else res
@@ -407,12 +442,15 @@ def _max_pool_int_repr(
     dilation: Any,
     ceil_mode: bool,
     return_indices: bool,
+    padding_value: float = -math.inf,
 ) -> Any:
     """A quantized max pool torch's quantized pools do not run (per-channel quantization,
-    ``return_indices``) or that ``F.pad`` cannot pad exactly (``qint32``): the pool of the
-    integer representation, quantized again with the input's parameters. Dequantizing is
-    increasing, so both take the same maxima, and the integer pads (the dtype's minimum)
-    are the quantized ``qmin``: exact."""
+    ``return_indices``), that ``F.pad`` cannot pad exactly (``qint32``) or with a chosen
+    ``padding_value``: the pool of the integer representation, quantized again with the
+    input's parameters. Dequantizing is increasing, so both take the same maxima, and the
+    integer pads (the dtype's minimum, or the integer ``q`` that dequantizes exactly to
+    ``padding_value``, :func:`padkit.op.quantized_pad`, refused where none does) are the
+    quantized pads: exact."""
     if input.dim() not in (nd + 1, nd + 2):
         _check_input(fname, input, nd)  # raises the usual shape error
     if input.qscheme() in _PER_TENSOR:
@@ -427,6 +465,9 @@ def _max_pool_int_repr(
                 f"pool takes per-tensor quantization or per-channel quantization along an "
                 f"axis before the spatial ones (axis < {first_spatial})"
             )
+    fill = padding_value
+    if fill != -math.inf:
+        fill = float(quantized_pad(input, fill, where=f"{fname}()"))
     res = _max_pool(
         fname,
         nd,
@@ -437,6 +478,7 @@ def _max_pool_int_repr(
         dilation,
         ceil_mode,
         return_indices,
+        fill,
     )
     out = res[0] if return_indices else res
     if axis < 0:
@@ -448,13 +490,21 @@ def _max_pool_int_repr(
     return (q, res[1]) if return_indices else q
 
 
-def explicit_max_pool(x: Tensor, rec: Op, full: Pairs) -> Any:
+def explicit_max_pool(x: Tensor, rec: Op, full: Pairs, pairs: Pairs | None = None) -> Any:
     """An ``explicit`` max pool plan on a batched input: the input padded by ``full`` with
     the lowest value it can hold (:func:`padkit.op.lowest_value`: -inf, an integer dtype's
     minimum, a quantized tensor's lowest representable value), then the unpadded pool
-    (indices mapped back to the input)."""
+    (indices mapped back to the input). With a ``padding_value`` other than -inf, the
+    declared ``pairs`` hold that value and only the rest of ``full`` (a ceil-mode overhang,
+    which no window counts) the lowest value."""
     nd, k, s, d = rec.nd, rec.kernel, rec.stride, rec.dilation
-    xp = _pad_windows(x, full, lowest_value(x))
+    if rec.neutral_pads:
+        xp = _pad_windows(x, full, lowest_value(x))
+    else:
+        declared = full if pairs is None else pairs
+        xp = _pad_windows(x, declared, max_pad_fill(x, rec.padding_value))
+        rest: Pairs = tuple((0, fh - h) for (_, h), (_, fh) in zip(declared, full))
+        xp = _pad_windows(xp, rest, lowest_value(x))
     res = _MAX_POOL[max(nd, 2)](
         _to2d(xp, nd),
         _lift(nd, k, 1),
@@ -494,8 +544,11 @@ def max_pool1d(
     dilation: int | Sequence[int] = 1,
     ceil_mode: bool = False,
     return_indices: bool = False,
+    padding_value: float = -math.inf,
 ) -> Any:
-    """``F.max_pool1d`` with every padkit padding form; pads never win (−∞).
+    """``F.max_pool1d`` with every padkit padding form; pads never win (−∞) unless
+    ``padding_value`` names what they hold (``F.pad(value=padding_value)`` then the pool;
+    see :func:`padkit.op.max_pad_fill` for integer and quantized inputs).
 
     Example:
         >>> x = -torch.arange(1.0, 9.0).view(1, 1, 8)
@@ -503,7 +556,16 @@ def max_pool1d(
         tensor([[[-1., -2., -4., -6.]]])
     """
     return _max_pool(
-        "max_pool1d", 1, input, kernel_size, stride, padding, dilation, ceil_mode, return_indices
+        "max_pool1d",
+        1,
+        input,
+        kernel_size,
+        stride,
+        padding,
+        dilation,
+        ceil_mode,
+        return_indices,
+        padding_value,
     )
 
 
@@ -515,15 +577,27 @@ def max_pool2d(
     dilation: int | Sequence[int] = 1,
     ceil_mode: bool = False,
     return_indices: bool = False,
+    padding_value: float = -math.inf,
 ) -> Any:
-    """``F.max_pool2d`` with every padkit padding form; pads never win (−∞).
+    """``F.max_pool2d`` with every padkit padding form; pads never win (−∞) unless
+    ``padding_value`` names what they hold (``F.pad(value=padding_value)`` then the pool;
+    see :func:`padkit.op.max_pad_fill` for integer and quantized inputs).
 
     Example:
         >>> max_pool2d(torch.ones(1, 1, 13, 13), 2, 1, padding=((0, 1), (0, 1))).shape
         torch.Size([1, 1, 13, 13])
     """
     return _max_pool(
-        "max_pool2d", 2, input, kernel_size, stride, padding, dilation, ceil_mode, return_indices
+        "max_pool2d",
+        2,
+        input,
+        kernel_size,
+        stride,
+        padding,
+        dilation,
+        ceil_mode,
+        return_indices,
+        padding_value,
     )
 
 
@@ -535,15 +609,27 @@ def max_pool3d(
     dilation: int | Sequence[int] = 1,
     ceil_mode: bool = False,
     return_indices: bool = False,
+    padding_value: float = -math.inf,
 ) -> Any:
-    """``F.max_pool3d`` with every padkit padding form; pads never win (−∞).
+    """``F.max_pool3d`` with every padkit padding form; pads never win (−∞) unless
+    ``padding_value`` names what they hold (``F.pad(value=padding_value)`` then the pool;
+    see :func:`padkit.op.max_pad_fill` for integer and quantized inputs).
 
     Example:
         >>> max_pool3d(torch.ones(1, 1, 4, 5, 5), 3, 2, padding="same").shape
         torch.Size([1, 1, 2, 3, 3])
     """
     return _max_pool(
-        "max_pool3d", 3, input, kernel_size, stride, padding, dilation, ceil_mode, return_indices
+        "max_pool3d",
+        3,
+        input,
+        kernel_size,
+        stride,
+        padding,
+        dilation,
+        ceil_mode,
+        return_indices,
+        padding_value,
     )
 
 

@@ -191,9 +191,9 @@ class _AutoStart:
         hook = self.start()
         return None if hook is None else hook.conv_transpose(*args)
 
-    def pool(self, *args: Any) -> Any:
+    def pool(self, *args: Any, **kwargs: Any) -> Any:
         hook = self.start()
-        return None if hook is None else hook.pool(*args)
+        return None if hook is None else hook.pool(*args, **kwargs)
 
     def pool_layer(self, *args: Any) -> Any:
         hook = self.start()

@@ -12,6 +12,7 @@ mode, where :mod:`padkit.native._policy` says. An op oneDNN refuses falls back (
 from __future__ import annotations
 
 import contextlib
+import math
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
@@ -278,8 +279,14 @@ class Hook:
         pads: Pairs,
         outs: Sequence[int],
         torch_run: PoolRun | None = None,
+        *,
+        value: float = -math.inf,
     ) -> Tensor | None:
-        """``kind``: ``max``, ``avg_include`` or ``avg_exclude``; floor-mode ``outs``."""
+        """``kind``: ``max``, ``avg_include`` or ``avg_exclude``; floor-mode ``outs``.
+        ``value``: a max pool's ``padding_value``; oneDNN pads a max pool with -inf only,
+        so any other value is declined (torch's plan pads with it)."""
+        if value != -math.inf and any(lo or hi for lo, hi in pads):
+            return None
         if _traced() or type(x) not in _TYPES or x.layout != torch.strided or x.is_nested:
             return None
         if self.force:
@@ -351,8 +358,8 @@ class Hook:
         its full forward); None where the backend is never used for this layer and input."""
         rec = layer._op()  # the layer's checked record, from its live attributes
         if op == "max_pool":
-            if rec.return_indices:
-                return None
+            if rec.return_indices or not rec.neutral_pads:
+                return None  # oneDNN pads a max pool with -inf only
             kind = "max"
         elif op == "avg_pool":
             if rec.divisor_override is not None:

@@ -194,6 +194,8 @@ def _script_refusal(layer: Any, op: Op) -> str | None:
         return f"its pads {static} differ per side, which torch's layer cannot express"
     if isinstance(op.padding_mode, tuple):
         return f"its padding_mode {op.padding_mode} differs per axis"
+    if op.kind == "max" and not op.neutral_pads and any(lo for lo, _ in static):
+        return f"its pads hold padding_value={op.padding_value!r}; torch's pool pads with -inf"
     if op.kind == "max" and any(2 * lo > k for (lo, _), k in zip(static, op.kernel)):
         return f"its pads {static} exceed half the kernel {op.kernel}, which torch refuses"
     if op.kind == "avg" and op.dilation != (1,) * op.nd:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -49,6 +50,7 @@ class _PadPool(_Live):
             divisor_override=getattr(self, "divisor_override", None),
             return_indices=getattr(self, "return_indices", False),
             norm_type=getattr(self, "norm_type", None),
+            padding_value=getattr(self, "padding_value", -math.inf),
             where=type(self).__name__,
         )
 
@@ -67,7 +69,9 @@ class _PadPool(_Live):
         k, s, d = op.kernel, op.stride, op.dilation
         ceil = op.ceil_mode or op.padding.ceil_mode
         if op.kind == "max":
-            return plan_pool("max_pool", pairs, k, s, d, sizes, ceil_mode=ceil)
+            return plan_pool(
+                "max_pool", pairs, k, s, d, sizes, ceil_mode=ceil, neutral_pads=op.neutral_pads
+            )
         if op.kind == "avg":
             return plan_pool(
                 "avg_pool",
@@ -165,7 +169,7 @@ def _pool_forward(layer: Any, input: Tensor, op: str, full: Callable[[Tensor], A
                     return PF.padded_avg_pool(input, rec, plan_or_pads)
                 if rec.kind == "avg":
                     return PF.explicit_avg_traced(input, rec, plan_or_pads, padded)
-                return PF.explicit_max_pool(input, rec, padded)
+                return PF.explicit_max_pool(input, rec, padded, plan_or_pads)
         return full(input)
     key = (
         input.shape,
@@ -179,6 +183,7 @@ def _pool_forward(layer: Any, input: Tensor, op: str, full: Callable[[Tensor], A
         getattr(layer, "return_indices", False),
         getattr(layer, "count_include_pad", True),
         getattr(layer, "divisor_override", None),
+        getattr(layer, "padding_value", None),
         op == "avg_pool" and PF.channels_last(input),
         None if _backend.active is None else PF.channels_last(input),
     )
@@ -197,11 +202,14 @@ class _MaxPoolMixin(_PadPool):
     _kind = "max"
     dilation: Any
     return_indices: bool
+    #: what the pads hold: -inf (the lowest value the input holds) or any other number; a
+    #: class default, so layers pickled before it existed load with -inf
+    padding_value: float = -math.inf
 
     def _compiled_key(self) -> tuple[Any, ...]:
         """The attributes the plan depends on, read (so guarded) under torch.compile."""
         k, s, ceil, d = self.kernel_size, self.stride, self.ceil_mode, self.dilation
-        return (k, s, ceil, d, self.return_indices)
+        return (k, s, ceil, d, self.return_indices, self.padding_value)
 
     def forward(self, input: Tensor) -> Any:
         return _pool_forward(self, input, "max_pool", self._forward)
@@ -211,7 +219,14 @@ class _MaxPoolMixin(_PadPool):
             pool = (PF.max_pool1d, PF.max_pool2d, PF.max_pool3d)[self._nd - 1]
             k, s, p = self._fx_args()
             return pool(
-                input, k, s, p, _hashable(self.dilation), self.ceil_mode, self.return_indices
+                input,
+                k,
+                s,
+                p,
+                _hashable(self.dilation),
+                self.ceil_mode,
+                self.return_indices,
+                self.padding_value,
             )
         return PF._max_pool(
             type(self).__name__,
@@ -223,13 +238,15 @@ class _MaxPoolMixin(_PadPool):
             self.dilation,
             self.ceil_mode,
             self.return_indices,
+            self.padding_value,
         )
 
     def extra_repr(self) -> str:
+        value = "" if self.padding_value == -math.inf else f", padding_value={self.padding_value}"
         return (
             f"kernel_size={self.kernel_size}, stride={self.stride}"
             f"{self._pad_repr()}, dilation={self.dilation}, "
-            f"ceil_mode={self.ceil_mode}"
+            f"ceil_mode={self.ceil_mode}{value}"
         )
 
 
@@ -243,6 +260,7 @@ def _max_init(
     dilation: Any,
     return_indices: bool,
     ceil_mode: bool,
+    padding_value: float,
 ) -> None:
     self._nd = nd
     op = Op.make(
@@ -254,10 +272,13 @@ def _max_init(
         dilation,
         ceil_mode=ceil_mode,
         return_indices=return_indices,
+        padding_value=padding_value,
         where=type(self).__name__,
     )
     base.__init__(self, kernel_size, stride, 0, dilation, return_indices, ceil_mode)
     self.pad_spec = op.padding
+    if not op.neutral_pads:  # the default stays the class's (and out of the instance)
+        self.padding_value = op.padding_value
 
 
 class MaxPool1d(_MaxPoolMixin, nn.MaxPool1d):
@@ -265,6 +286,10 @@ class MaxPool1d(_MaxPoolMixin, nn.MaxPool1d):
 
     Pads may exceed half the kernel; a window entirely in padding gives −∞ (the dtype's
     minimum for integers, the lowest representable value for quantized tensors).
+    ``padding_value`` (a keyword after torch's arguments) makes the pads hold that number
+    instead, as ``F.pad(x, pads, value=padding_value)`` before an unpadded pool would (TF
+    ports that pad with zeros before a max pool); integer and quantized inputs take a
+    value they hold exactly (:func:`padkit.op.max_pad_fill`).
 
     Shape:
         - Input: ``(N, C, L)`` or ``(C, L)``
@@ -284,9 +309,19 @@ class MaxPool1d(_MaxPoolMixin, nn.MaxPool1d):
         dilation: int | Sequence[int] = 1,
         return_indices: bool = False,
         ceil_mode: bool = False,
+        padding_value: float = -math.inf,
     ) -> None:
         _max_init(
-            self, nn.MaxPool1d, 1, kernel_size, stride, padding, dilation, return_indices, ceil_mode
+            self,
+            nn.MaxPool1d,
+            1,
+            kernel_size,
+            stride,
+            padding,
+            dilation,
+            return_indices,
+            ceil_mode,
+            padding_value,
         )
 
 
@@ -311,9 +346,19 @@ class MaxPool2d(_MaxPoolMixin, nn.MaxPool2d):
         dilation: int | Sequence[int] = 1,
         return_indices: bool = False,
         ceil_mode: bool = False,
+        padding_value: float = -math.inf,
     ) -> None:
         _max_init(
-            self, nn.MaxPool2d, 2, kernel_size, stride, padding, dilation, return_indices, ceil_mode
+            self,
+            nn.MaxPool2d,
+            2,
+            kernel_size,
+            stride,
+            padding,
+            dilation,
+            return_indices,
+            ceil_mode,
+            padding_value,
         )
 
 
@@ -337,9 +382,19 @@ class MaxPool3d(_MaxPoolMixin, nn.MaxPool3d):
         dilation: int | Sequence[int] = 1,
         return_indices: bool = False,
         ceil_mode: bool = False,
+        padding_value: float = -math.inf,
     ) -> None:
         _max_init(
-            self, nn.MaxPool3d, 3, kernel_size, stride, padding, dilation, return_indices, ceil_mode
+            self,
+            nn.MaxPool3d,
+            3,
+            kernel_size,
+            stride,
+            padding,
+            dilation,
+            return_indices,
+            ceil_mode,
+            padding_value,
         )
 
 

@@ -123,7 +123,7 @@ def run_op(
         )
     if plan.kind == "max":
         return _MAX_FN[nd](  # type: ignore[no-any-return]
-            seg, plan.k, plan.s, spec, plan.d, layer.ceil_mode, False
+            seg, plan.k, plan.s, spec, plan.d, layer.ceil_mode, False, plan.fill
         )
     if plan.kind == "lp":
         return _LP_FN[nd](  # type: ignore[no-any-return]

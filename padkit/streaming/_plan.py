@@ -82,6 +82,8 @@ class _Plan:
     # time padding reflects samples 1..lo of the layer's input: filled in by the first call,
     # which must bring lo + 1 samples (the stream's start-up hold sees to it)
     reflect: bool = False
+    # what a max pool's pads hold (its padding_value; -inf: the lowest value of the input)
+    fill: float = float("-inf")
     # derived in __post_init__ (read on every step, so stored rather than computed)
     k_eff: int = field(init=False)
     stride: int = field(init=False)
@@ -275,7 +277,21 @@ def _plan_layer(name: str, layer: nn.Module, axis: int, lookahead: bool = False)
                 "(repeat the first frame) on the time axis, e.g. padding_mode=('replicate', "
                 "'zeros', 'zeros')"
             )
-    return _Plan(name, kind, nd, ti, k, s, d, lo, replicate, is_padkit, hi, reflect=reflect)
+    return _Plan(
+        name,
+        kind,
+        nd,
+        ti,
+        k,
+        s,
+        d,
+        lo,
+        replicate,
+        is_padkit,
+        hi,
+        reflect=reflect,
+        fill=rec.padding_value,
+    )
 
 
 def _plan_transposed(

@@ -59,7 +59,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..op import lowest_value
+from ..op import max_pad_fill
 from ..spec import PaddingError
 from ._catalog import _BATCH_NORMS, _PER_STEP, _REFUSED
 from ._check import probe_stream
@@ -382,8 +382,11 @@ class StreamingModule(nn.Module):
         dtype: torch.dtype | None = None,
         device: torch.device | str | None = None,
     ) -> StreamState:
-        """A fresh state: the history of every layer is its padding (zeros; ``-inf`` for max
-        pools; the first frame for ``replicate``, filled in by the first step).
+        """A fresh state: the history of every layer is its padding (zeros; for max pools
+        their ``padding_value``, ``-inf`` by default; the first frame for ``replicate``,
+        filled in by the first step). A step whose chunk has another channel count, batch
+        size, dtype or device than the state was made for is refused, naming the chunk's
+        value, the expected one and the layer.
 
         Without ``example`` the buffer shapes must follow from the layers alone, which holds
         for models whose stateful layers are all 1-d convs. Otherwise pass ``example``, a chunk
@@ -525,7 +528,7 @@ class StreamingModule(nn.Module):
                 raise PaddingError(
                     f"reset_rows(): rows={rows!r} out of range for a batch of {n} streams"
                 )
-            fill = lowest_value(buf) if plan.kind == "max" else 0.0
+            fill = max_pad_fill(buf, plan.fill) if plan.kind == "max" else 0.0
             b = buf.clone()
             b[idx.to(buf.device)] = fill
             p = counts.get(id(pos))
@@ -639,13 +642,13 @@ class StreamingModule(nn.Module):
                     )
                 x = torch.cat([pending, chunk], dim)
             if not final and x.shape[dim] < self._startup_samples(chunk):
-                ctx = _Context(state_in=state, lazy=lazy)
+                ctx = _Context(state_in=state, lazy=lazy, chunk=_described(chunk))
                 out = self._run(x.narrow(dim, 0, 0), ctx)
                 held = dict(ctx.created)
                 held.update(state)
                 held[_STARTUP_KEY] = x.clone()
                 return out, held
-        ctx = _Context(state_in=state, lazy=lazy)
+        ctx = _Context(state_in=state, lazy=lazy, chunk=_described(chunk))
         out = self._run(x, ctx)
         new_state = dict(ctx.created)
         new_state.update(state)
@@ -769,7 +772,9 @@ class StreamingModule(nn.Module):
                 f"{n_prev - start}; pass the state returned by the previous step"
             )
         commit = n if final else max(start, n - self._delay)
-        ctx = _Context(state_in=state, lazy=lazy, lookahead=(start, commit, n))
+        ctx = _Context(
+            state_in=state, lazy=lazy, lookahead=(start, commit, n), chunk=_described(chunk)
+        )
         out = self._run(x, ctx)
         if isinstance(out, Tensor):
             odim = self.axis if self.axis >= 0 else out.dim() + self.axis
@@ -895,6 +900,8 @@ class StreamingModule(nn.Module):
             or buf.shape[0] != x.shape[0]
             or buf.shape[1] != x.shape[1]
             or buf.shape[2] != plan.history
+            or buf.dtype != x.dtype
+            or buf.device != x.device
         ):
             return None
         ctx.called.add(plan.name)
@@ -954,6 +961,9 @@ class StreamingModule(nn.Module):
                 f"step(): the state has no entry {key_buf!r}/{key_pos!r} for "
                 f"{type(layer).__name__} {plan.name!r}; build the state with init_state()"
             )
+        wrong = _wrong_input(plan, layer, x, buf, td, ctx)
+        if wrong is not None:
+            raise PaddingError(wrong)
         if (
             buf.shape[td] != plan.history
             or buf.shape[:td] != x.shape[:td]
@@ -1073,7 +1083,7 @@ class StreamingModule(nn.Module):
         if plan.hi > 0:
             shape = list(x.shape)
             shape[td] = plan.hi
-            fill = lowest_value(x) if plan.kind == "max" else 0.0
+            fill = max_pad_fill(x, plan.fill) if plan.kind == "max" else 0.0
             parts.append(x.new_full(shape, fill))
         cat = torch.cat(parts, dim=td) if len(parts) > 1 else x
         t0 = torch.full((x.shape[0],), start - plan.lo, dtype=torch.int64, device=x.device)
@@ -1163,3 +1173,57 @@ class StreamingModule(nn.Module):
             dynamic_length=dynamic_length,
             **kwargs,
         )
+
+
+def _described(chunk: Any) -> tuple[tuple[int, ...], torch.dtype, torch.device] | None:
+    if not isinstance(chunk, Tensor):
+        return None
+    return tuple(int(n) for n in chunk.shape), chunk.dtype, chunk.device
+
+
+def _wrong_input(
+    plan: _Plan, layer: Any, x: Tensor, buf: Tensor, td: int, ctx: _Context
+) -> str | None:
+    """Why a layer's input does not continue its stream state (its channels, batch size,
+    dtype or device differ from the input the state was initialised for), naming the step's
+    argument (the chunk), its value, the value expected and the layer; None if it does."""
+    where = f"layer `{plan.name}`"
+    if hasattr(layer, "in_channels"):
+        where += f", in_channels={layer.in_channels}"
+    else:
+        where += f", {type(layer).__name__}"
+    facts: list[tuple[str, int | None, Any, Any]] = [
+        ("dtype", None, x.dtype, buf.dtype),
+        ("device", None, x.device, buf.device),
+    ]
+    if ctx.static_pos is None:  # not exporting: sizes are plain ints (no int() on a SymInt)
+        facts[:0] = [("batch size", 0, x.shape[0], buf.shape[0])]
+        if td != 1:
+            facts[:0] = [("channels", 1, x.shape[1], buf.shape[1])]
+    chunk = ctx.chunk
+    for fact in facts:
+        if fact[2] == fact[3]:
+            continue
+        what, axis, got, want = fact
+        unit = f"{got} {what}" if what == "channels" else f"{what} {got}"
+        expected = f"{want}" if what == "channels" else f"{what} {want}"
+        if chunk is None:
+            head = f"the input of {where.split(',')[0]} has {unit}"
+        else:
+            shape, dtype, device = chunk
+            value: Any = shape[axis] if axis is not None and axis < len(shape) else None
+            if what == "dtype":
+                value = dtype
+            elif what == "device":
+                value = device
+            if value == got:
+                head = f"chunk has {unit}"
+            else:  # the model changed it before this layer
+                shown = f"{value} {what}" if what == "channels" else f"{what} {value}"
+                head = f"chunk has {shown}, which gives {where.split(',')[0]} {unit}"
+        return (
+            f"step(): {head}; this stream was initialised for {expected} ({where}); pass "
+            f"chunks like the one the state was made for, or start a new state with "
+            f"init_state()"
+        )
+    return None

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
-from ..op import lowest_value
+from ..op import max_pad_fill
 from ._plan import _Plan
 
 StreamState = dict[str, Tensor]
@@ -43,6 +43,8 @@ class _Context:
     # that hold the same count tensor (saves one tensor op per layer)
     advanced: dict[tuple[int, int], Tensor] = field(default_factory=dict)
     shared_pos: dict[tuple[int, str], Tensor] = field(default_factory=dict)
+    # the step's chunk (shape, dtype, device), which input errors name
+    chunk: tuple[tuple[int, ...], torch.dtype, torch.device] | None = None
 
 
 def fresh_entries(
@@ -51,12 +53,13 @@ def fresh_entries(
     like: Tensor,
     shared: dict[tuple[int, str], Tensor] | None = None,
 ) -> StreamState:
-    """A fresh buffer (the layer's padding: zeros, for max pools the lowest value ``like``
-    can hold, ``-inf`` for floats) with ``like``'s dtype and device, and sample count for
-    one layer; layers at the same count share one count tensor."""
+    """A fresh buffer (the layer's padding: zeros, for max pools their ``padding_value`` or
+    by default the lowest value ``like`` can hold, ``-inf`` for floats) with ``like``'s
+    dtype and device, and sample count for one layer; layers at the same count share one
+    count tensor."""
     dtype, device = like.dtype, like.device
     if plan.kind == "max":
-        buf = torch.full(tuple(shape), lowest_value(like), dtype=dtype, device=device)
+        buf = torch.full(tuple(shape), max_pad_fill(like, plan.fill), dtype=dtype, device=device)
     else:
         buf = torch.zeros(tuple(shape), dtype=dtype, device=device)
     # layers that see the same sample count share one count tensor (never mutated), so

@@ -80,6 +80,7 @@ class _PadkitCall:
                 layer.dilation,
                 layer.ceil_mode,
                 layer.return_indices,
+                padding_value=layer.padding_value,
             )
         return getattr(PF, f"avg_pool{nd}d")(
             x,

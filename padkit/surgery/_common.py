@@ -214,6 +214,7 @@ def _build(layer: _Layer, old: nn.Module) -> nn.Module:
             dilation=layer.dilation,
             return_indices=layer.return_indices,
             ceil_mode=layer.ceil_mode,
+            padding_value=layer.padding_value,
         )
     elif layer.kind == "avg":
         new = cls(

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
@@ -93,14 +92,14 @@ def _fold_into(
     if layer.ceil_mode:
         return None, "ceil_mode on the explicitly padded input drops windows differently"
     if layer.kind == "max":
-        if value != -math.inf:
-            return None, (
-                f"a max pool after padding with {value} is exact only if no input is below "
-                f"{value}; padkit's max pools pad with -inf"
-            )
         if layer.return_indices:
             return None, "return_indices refer to the padded input"
-        return replace(layer, padding=total), "-inf"
+        if has_own and value != layer.padding_value:
+            return None, (
+                f"a pad with {value} followed by {name}'s own padding {own}, which holds "
+                f"{layer.padding_value}: a padkit max pool's pads hold one value"
+            )
+        return replace(layer, padding=total, padding_value=value), f"{value}"
     if value != 0.0:
         return None, f"constant value {value} (padkit's {layer.kind} pools pad with zeros)"
     if layer.kind == "avg" and has_own and not layer.count_include_pad:

@@ -42,6 +42,7 @@ from ._lattice import (
     _pointwise,
     _reads_lattice,
 )
+from ._norms import LatticeNorm
 from ._probe import (
     Dispatch,
     PadCall,
@@ -150,7 +151,7 @@ class _Dilation:
                 change = Change(
                     path,
                     type(base).__name__,
-                    f"{type(base).__name__} (own forward; its pads are the lattice's)",
+                    f"{type(base).__name__} (own forward; its pads and norms are the lattice's)",
                     ("padding",),
                     False,
                     "; ".join(self.pad_notes[path]),
@@ -443,6 +444,12 @@ class _Dilation:
                         path, "ceil_mode may drop a window that starts in the padding"
                     )
                 extra = s - 1
+                if layer.kind == "max" and not layer.neutral_pads:
+                    raise self.refuse(
+                        path,
+                        f"ceil_mode with padding_value={layer.padding_value}: on the dense "
+                        "grid the ceil overhang becomes pads, which would hold that value",
+                    )
             extras.append(f * extra)
             new_pairs.append((f * lo, f * (hi + extra)))
         stride = tuple(1 if c else s for s, c in zip(layer.stride, convert))
@@ -520,9 +527,8 @@ class _Dilation:
         if "training" in info:
             return  # batch_norm with running statistics: per channel, position-wise
         if name in ("group_norm", "instance_norm"):
-            raise self.refuse(
-                event.path, f"{where}: it normalises with statistics of the whole map"
-            )
+            self.lattice_norm(event, name, ins, where)
+            return
         reduce: frozenset[int] | None = info.get("reduce")
         if reduce is not None and ins.strides:
             spatial = set(ins.strides[0])
@@ -535,6 +541,9 @@ class _Dilation:
                     self.dense_reads.append(event.path)
                     return
                 self.reads.setdefault(key, {})[ordinal] = spec
+                return
+            if name == "layer_norm":
+                self.lattice_norm(event, name, ins, where)
                 return
             raise self.refuse(event.path, f"{where}: it normalises over spatial positions")
         if info.get("elementwise") or _pointwise(name) or name in _LAYOUT:
@@ -554,6 +563,44 @@ class _Dilation:
             event.path,
             f"{where}; only conv and pool modules are re-strided and dilated, and this "
             "operation in code would read positions off the lattice",
+        )
+
+    def lattice_norm(self, event: Event, name: str, ins: _Tensors, where: str) -> None:
+        """A norm over space (group, instance, or layer norm over H and W) in a module's own
+        code, on a dense map: its call takes statistics per phase of the lattice
+        (:class:`~padkit.surgery._norms.LatticeNorm`), which on the original's phase are
+        the original's statistics; the module keeps its class and parameters."""
+        shapes, factors = ins.shapes, ins.factors[0]
+        rank = len(shapes[0])
+        if any(f.denominator != 1 for f in factors.values()):
+            raise self.refuse(
+                event.path, f"{where}: its map is no whole-number lattice ({dict(factors)})"
+            )
+        if name == "layer_norm" and len(shapes) > 1 and len(shapes[1]) >= rank - 2:
+            raise self.refuse(
+                event.path,
+                f"{where}: its elementwise affine weight {shapes[1]} holds one value per "
+                "position of the original map, and the dense map's phases have other sizes",
+            )
+        spec = tuple((d, int(f)) for d, f in sorted(factors.items()) if d >= 2 and f > 1)
+        at = next(i for i, e in enumerate(self.events) if e is event)
+        ordinal = sum(
+            1
+            for e in self.events[:at]
+            if e.kind == "function"
+            and (e.path, e.call) == (event.path, event.call)
+            and _base(e.name) == name
+        )
+        table = self.pad_edits.setdefault(event.path, {})
+        seen = table.get((name, ordinal))
+        if seen is not None:
+            if getattr(seen, "spec", None) != spec:
+                raise self.refuse(event.path, f"{where}: it is called at places of other strides")
+            return
+        table[(name, ordinal)] = LatticeNorm(spec)
+        self.pad_notes.setdefault(event.path, []).append(
+            f"its {name}() #{ordinal} takes statistics per phase of the lattice "
+            f"{tuple(f for _, f in spec)}"
         )
 
     def on_call(self, event: Event, op: _Layer) -> None:

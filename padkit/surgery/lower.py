@@ -193,6 +193,16 @@ def _fitted(rec: Op, sizes: tuple[int, ...], pairs: Pairs, outs: tuple[int, ...]
 def _lower_pool(rec: Op, pairs: Pairs, sizes: tuple[int, ...], outs: tuple[int, ...]) -> nn.Module:
     nd = rec.nd
     fit = _fitted(rec, sizes, pairs, outs)
+    if rec.kind == "max" and not rec.neutral_pads:
+        # the pads hold padding_value: all of them in a ConstantPad, none in torch's pool
+        if any(f_hi > hi for (_, f_hi), (_, hi) in zip(fit, pairs)):
+            raise SurgeryError(
+                f"padding_value={rec.padding_value} with ceil_mode: the ceil overhang holds "
+                "no value, which one ConstantPad before torch's pool cannot express"
+            )
+        pool = _MAX[nd - 1](rec.kernel, rec.stride, 0, rec.dilation, False, ceil_mode=False)
+        pads = [_pad_module("constant", nd, fit, rec.padding_value)] if _nonzero(fit) else []
+        return _chain(pads, pool)
     if rec.kind == "max":
         sym, rest = _split(fit)
         if any(2 * p > k for p, k in zip(sym, rec.kernel)):  # torch: pad <= kernel / 2
