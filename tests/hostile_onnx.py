@@ -733,6 +733,47 @@ def pad_huge(root: Path) -> Case:
     )
 
 
+def matmul_huge(root: Path) -> Case:
+    a = numpy_helper.from_array(np.ones((1 << 15, 2), np.float32), "a")
+    b = numpy_helper.from_array(np.ones((2, 1 << 15), np.float32), "b")
+    m = _fold([helper.make_node("MatMul", ["a", "b"], ["y"], name="matmul_big")], [a, b])
+    return Case(
+        m,
+        error="OnnxImportError",
+        texts=("matmul_big", "max_folded_bytes"),
+        crashy=True,
+        what="MatMul of [32768,2] and [2,32768] constants (4 GiB)",
+    )
+
+
+def einsum_outer(root: Path) -> Case:
+    a = numpy_helper.from_array(np.ones(1 << 15, np.float32), "a")
+    m = _fold(
+        [helper.make_node("Einsum", ["a", "a"], ["y"], equation="i,j->ij", name="einsum_big")],
+        [a],
+    )
+    return Case(
+        m,
+        error="OnnxImportError",
+        texts=("einsum_big", "max_folded_bytes"),
+        crashy=True,
+        what="Einsum i,j->ij of a [32768] constant with itself (4 GiB)",
+    )
+
+
+def conv_transpose_huge_stride(root: Path) -> Case:
+    w = helper.make_tensor("w", F, [1, 1, 1], [1.0])
+    c = helper.make_tensor("c", F, [1, 1, 4], [1.0] * 4)
+    node = helper.make_node("ConvTranspose", ["c", "w"], ["y"], strides=[1 << 30], name="convt_big")
+    return Case(
+        _fold([node], [c, w]),
+        error="OnnxImportError",
+        texts=("convt_big", "max_folded_bytes"),
+        crashy=True,
+        what="ConvTranspose of a constant with stride 2**30",
+    )
+
+
 def fold_over_raised_limit(root: Path) -> Case:
     m = _fold(
         [helper.make_node("ConstantOfShape", ["s"], ["y"], name="cos_1mb")],
@@ -1382,6 +1423,9 @@ CASES: dict[str, Callable[[Path], Case]] = {
         resize_nan_scales,
         resize_zero_scales,
         pad_huge,
+        matmul_huge,
+        einsum_outer,
+        conv_transpose_huge_stride,
         fold_over_raised_limit,
         fold_default_ok,
         maxpool_const_huge_kernel,

@@ -263,6 +263,31 @@ def _tensors(obj: Any) -> list[torch.Tensor]:
     return []
 
 
+def _meta_numel(target: Any, args: Any, kwargs: dict[str, Any]) -> int | None:
+    """The elements of ``target(*args, **kwargs)`` found on the meta device (no data), or
+    None where the call reads its inputs' values or fails there."""
+
+    def meta(obj: Any) -> Any:
+        if isinstance(obj, torch.Tensor):
+            return obj.to("meta")
+        if isinstance(obj, (list, tuple)):
+            return type(obj)(meta(o) for o in obj)
+        if isinstance(obj, dict):
+            return {k: meta(v) for k, v in obj.items()}
+        return obj
+
+    try:
+        with torch.no_grad():
+            if isinstance(target, nn.Module):
+                state = {k: meta(v) for k, v in target.state_dict(keep_vars=True).items()}
+                result = torch.func.functional_call(target, state, meta(tuple(args)))
+            else:
+                result = target(*meta(args), **meta(kwargs))
+    except Exception:  # reads values (.tolist(), int()) or has no meta kernel
+        return None
+    return sum(t.numel() for t in _tensors(result))
+
+
 def _broadcast(shapes: list[tuple[int, ...]]) -> list[int] | None:
     """The numpy broadcast of ``shapes``, or None when they do not broadcast."""
     rank = max(len(s) for s in shapes)
@@ -361,6 +386,11 @@ class GraphBuilder:
             numel = sizer(target, *args, **kwargs)
             if numel is not None:
                 self.budget.precheck(int(numel), itemsize, "its result")
+                return
+        meta = _meta_numel(target, args, kwargs)
+        if meta is not None:
+            self.budget.precheck(meta, itemsize, "its result")
+            return
         if len(tensors) >= 2:  # element-wise results take the broadcast shape of the inputs
             shape = _broadcast([tuple(int(d) for d in t.shape) for t in tensors])
             if shape is not None:
@@ -463,6 +493,11 @@ def _read_model(model: Any, base_dir: str | os.PathLike[str] | None) -> _Source:
             proto = read_onnx_file(model, load_external_data=False)
         except OnnxFileError as err:
             raise OnnxImportError(str(err)) from None
+        except (OSError, ImportError):
+            raise
+        except Exception as err:  # e.g. a message nested past protobuf's limit
+            detail = str(err).splitlines()[0] if str(err) else type(err).__name__
+            raise OnnxImportError(f"{os.fspath(model)}: cannot be read: {detail}") from None
         real = os.path.realpath(os.fspath(model))
         return _Source(
             proto, os.path.getsize(real), repr(os.fspath(model)), os.path.dirname(real), False
