@@ -35,7 +35,7 @@ class Case:
     error: str | None = None  # "OnnxImportError" / "UnsupportedOnnxError"; None: imports
     texts: tuple[str, ...] = ()  # the error message holds each of these
     expected: Any = None  # the output for ones inputs (imports only), or None
-    crashy: bool = False  # a bomb: only ever run in a child process
+    crashy: bool = False  # a bomb: without the checks it hangs, crashes or exhausts memory
     what: str = ""  # one line for the docs table
 
 

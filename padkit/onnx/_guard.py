@@ -533,7 +533,7 @@ def check_function_expansion(model: Any, limit: int) -> None:
     }
     if not functions:
         return
-    by_name = {(d, n): key for key, _ in functions.items() for d, n in [key[:2]]}
+    by_name = {key[:2]: key for key in functions}  # for calls that name no overload
 
     def callee(node: Any) -> tuple[str, str, str] | None:
         key = (_domain(node.domain), node.op_type, getattr(node, "overload", ""))
