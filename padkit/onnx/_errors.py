@@ -11,7 +11,15 @@ DEFAULT_DOMAIN = "ai.onnx"
 
 
 class OnnxImportError(ValueError):
-    """A model (or one node of it) is malformed or cannot be converted exactly."""
+    """A model (or one node of it) is malformed or cannot be converted exactly.
+
+    ``node`` is the label of the node at fault (``"Conv-11 node 'c1' (ai.onnx opset 13)"``)
+    when one is, else None; the message starts with it.
+    """
+
+    def __init__(self, *args: object, node: str | None = None) -> None:
+        super().__init__(*args)
+        self.node = node
 
 
 class UnsupportedOp(NamedTuple):

@@ -23,6 +23,17 @@ from torch import fx, nn
 
 from ._errors import DEFAULT_DOMAIN, OnnxImportError, UnsupportedOnnxError, UnsupportedOp
 from ._expand import expand_function_ops
+from ._guard import (
+    FOLD_SIZERS,
+    FoldBudget,
+    Limits,
+    check_depth,
+    check_function_expansion,
+    check_tensor,
+    has_external_data,
+    read_external_data,
+    validate_model,
+)
 from ._registry import find_converter, first_version, load_converters
 
 __all__ = ["Const", "NodeContext", "Value", "load"]
@@ -65,12 +76,32 @@ def onnx_dtype(code: int, what: str) -> torch.dtype:
 
 
 def tensor_from_proto(proto: Any) -> torch.Tensor:
-    """A torch tensor (a copy) from an ONNX ``TensorProto``."""
-    from onnx import numpy_helper
+    """A torch tensor (a copy) from an ONNX ``TensorProto``.
 
-    array = numpy_helper.to_array(proto)
-    if array.dtype.kind in "OUS":
+    Raises:
+        OnnxImportError: strings, an element type torch cannot hold, or data that
+            disagrees with the declared type and dims.
+    """
+    from onnx import TensorProto, numpy_helper
+
+    code = int(proto.data_type)
+    if code == TensorProto.STRING:
         raise OnnxImportError(f"tensor {proto.name!r} holds strings, which torch cannot represent")
+    if code not in ONNX_DTYPES:
+        name = TensorProto.DataType.Name(code) if code in TensorProto.DataType.values() else code
+        raise OnnxImportError(
+            f"tensor {proto.name!r} is of element type {name}, which torch cannot hold exactly "
+            f"(padkit reads {', '.join(TensorProto.DataType.Name(c) for c in ONNX_DTYPES)})"
+        )
+    check_tensor(proto, f"tensor {proto.name!r}")
+    if proto.data_location == TensorProto.EXTERNAL:
+        raise OnnxImportError(
+            f"tensor {proto.name!r} keeps its data in an external file that was not read"
+        )
+    try:
+        array = numpy_helper.to_array(proto)
+    except (ValueError, TypeError) as err:
+        raise OnnxImportError(f"tensor {proto.name!r} cannot be decoded: {err}") from None
     if proto.data_type == 16:  # bfloat16 arrives as a numpy-incompatible dtype
         return torch.tensor(array.astype("float32")).to(torch.bfloat16)
     return torch.from_numpy(array.copy())
@@ -114,9 +145,8 @@ class NodeContext:
 
     @property
     def name(self) -> str:
-        """A readable name for error messages."""
-        label = self.node.name or (self.node.output[0] if self.node.output else "?")
-        return f"{self.op_type}-{self.version} node {label!r}"
+        """A readable name for error messages: op type, schema version, name and opset."""
+        return _label(self.node, self.version, self.opset)
 
     @property
     def n_outputs(self) -> int:
@@ -203,10 +233,82 @@ class NodeContext:
         return self.builder.emit_module(mod, self.op_type, self.node.name, args, n_out, fold)
 
 
-class GraphBuilder:
-    """Owns the fx graph, the root module and the ONNX name -> value table."""
+def _label(node: Any, version: int, opset: int) -> str:
+    """``"Conv-11 node 'c1' (ai.onnx opset 13)"``."""
+    label = node.name or (node.output[0] if len(node.output) else "") or "?"
+    return f"{node.op_type}-{version} node {label!r} (ai.onnx opset {opset})"
 
-    def __init__(self) -> None:
+
+def _describe(value: Any) -> str:
+    if value is None:
+        return "omitted"
+    if isinstance(value, Const):
+        t = value.tensor
+        text = f"constant {str(t.dtype).replace('torch.', '')}{list(t.shape)}"
+        if t.numel() <= 8:
+            text += f" = {t.reshape(-1).tolist()}"
+        return text
+    if isinstance(value, _Poisoned):
+        return "unconverted"
+    return "run-time value"
+
+
+def _tensors(obj: Any) -> list[torch.Tensor]:
+    if isinstance(obj, torch.Tensor):
+        return [obj]
+    if isinstance(obj, (list, tuple)):
+        return [t for o in obj for t in _tensors(o)]
+    if isinstance(obj, dict):
+        return [t for o in obj.values() for t in _tensors(o)]
+    return []
+
+
+def _meta_numel(target: Any, args: Any, kwargs: dict[str, Any]) -> int | None:
+    """The elements of ``target(*args, **kwargs)`` found on the meta device (no data), or
+    None where the call reads its inputs' values or fails there."""
+
+    def meta(obj: Any) -> Any:
+        if isinstance(obj, torch.Tensor):
+            return obj.to("meta")
+        if isinstance(obj, (list, tuple)):
+            return type(obj)(meta(o) for o in obj)
+        if isinstance(obj, dict):
+            return {k: meta(v) for k, v in obj.items()}
+        return obj
+
+    try:
+        with torch.no_grad():
+            if isinstance(target, nn.Module):
+                state = {k: meta(v) for k, v in target.state_dict(keep_vars=True).items()}
+                result = torch.func.functional_call(target, state, meta(tuple(args)))
+            else:
+                result = target(*meta(args), **meta(kwargs))
+    except Exception:  # reads values (.tolist(), int()) or has no meta kernel
+        return None
+    return sum(t.numel() for t in _tensors(result))
+
+
+def _broadcast(shapes: list[tuple[int, ...]]) -> list[int] | None:
+    """The numpy broadcast of ``shapes``, or None when they do not broadcast."""
+    rank = max(len(s) for s in shapes)
+    out = [1] * rank
+    for shape in shapes:
+        for i, d in enumerate(shape, start=rank - len(shape)):
+            if d != 1:
+                if out[i] not in (1, d):
+                    return None
+                out[i] = d
+    return out
+
+
+class GraphBuilder:
+    """Owns the fx graph, the root module and the ONNX name -> value table.
+
+    ``budget`` bounds the bytes of the constants it folds (unbounded when None).
+    """
+
+    def __init__(self, budget: FoldBudget | None = None) -> None:
+        self.budget = budget
         self.graph = fx.Graph()
         self.root = nn.Module()
         self.values: dict[str, Any] = {}
@@ -272,13 +374,52 @@ class GraphBuilder:
             return node
         return [self.graph.call_function(operator.getitem, (node, i)) for i in range(n_out)]
 
+    def _precheck(self, target: Any, args: Any, kwargs: dict[str, Any]) -> None:
+        """Refuse a fold whose result would overrun the budget, before it runs."""
+        if self.budget is None:
+            return
+        tensors = _tensors((args, kwargs))
+        itemsize = max((t.element_size() for t in tensors), default=8)
+        key = type(target) if isinstance(target, nn.Module) else target
+        sizer = FOLD_SIZERS.get(key)
+        if sizer is not None:
+            numel = sizer(target, *args, **kwargs)
+            if numel is not None:
+                self.budget.precheck(int(numel), itemsize, "its result")
+                return
+        meta = _meta_numel(target, args, kwargs)
+        if meta is not None:
+            self.budget.precheck(meta, itemsize, "its result")
+            return
+        if len(tensors) >= 2:  # element-wise results take the broadcast shape of the inputs
+            shape = _broadcast([tuple(int(d) for d in t.shape) for t in tensors])
+            if shape is not None:
+                self.budget.precheck(math.prod(shape), itemsize, f"a {shape} result")
+
+    def _account(self, inputs: Any, result: Any) -> None:
+        """Count the new bytes a fold holds (views of its inputs are free)."""
+        if self.budget is None:
+            return
+        seen = {t.untyped_storage().data_ptr() for t in _tensors(inputs)}
+        for t in _tensors(result):
+            ptr = t.untyped_storage().data_ptr()
+            if ptr not in seen:
+                seen.add(ptr)
+                self.budget.add(t.untyped_storage().nbytes(), f"a {list(t.shape)} result")
+
+    def _fold(self, target: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        args, kwargs = self._map(args, True), self._map(kwargs, True)
+        self._precheck(target, args, kwargs)
+        with torch.no_grad():
+            result = target(*args, **kwargs)
+        self._account((args, kwargs), result)
+        return result
+
     def emit(
         self, kind: str, target: Any, args: tuple[Any, ...], kwargs: dict[str, Any], n_out: int
     ) -> Any:
         if not self._has_node((args, kwargs)):
-            with torch.no_grad():
-                result = target(*self._map(args, True), **self._map(kwargs, True))
-            return self._wrap(result, n_out)
+            return self._wrap(self._fold(target, args, kwargs), n_out)
         node = self.graph.create_node(
             kind, target, self._map(args, False), self._map(kwargs, False)
         )
@@ -294,9 +435,7 @@ class GraphBuilder:
         fold: bool,
     ) -> Any:
         if fold and not self._has_node(args):
-            with torch.no_grad():
-                result = mod.eval()(*self._map(args, True))
-            return self._wrap(result, n_out)
+            return self._wrap(self._fold(mod.eval(), args, {}), n_out)
         name = self.attr_name(node_name or op_type.lower())
         self.root.add_module(name, mod)
         node = self.graph.call_module(name, self._map(args, False))
@@ -306,20 +445,63 @@ class GraphBuilder:
 # ----------------------------------------------------------------------------- loading
 
 
-def _read_model(model: Any) -> Any:
+@dataclass
+class _Source:
+    """A model as read, without its external data: the proto, its size in bytes, how it
+    came (for messages), the folder external data may come from, and whether the proto is
+    the caller's own object (which load must not change)."""
+
+    proto: Any
+    size: int
+    given: str
+    base_dir: str | os.PathLike[str] | None
+    shared: bool
+
+
+def _read_model(model: Any, base_dir: str | os.PathLike[str] | None) -> _Source:
     import onnx
 
+    if base_dir is not None and not isinstance(base_dir, (str, os.PathLike)):
+        raise TypeError(
+            f"base_dir must be a folder path (str or os.PathLike) or None, got "
+            f"{type(base_dir).__name__}"
+        )
     if isinstance(model, onnx.ModelProto):
-        return model
-    if isinstance(model, (bytes, bytearray)):
-        return onnx.load_model_from_string(bytes(model))
+        return _Source(model, model.ByteSize(), "an onnx.ModelProto", base_dir, True)
+    if isinstance(model, (bytes, bytearray, memoryview)):
+        data = bytes(model)
+        try:
+            proto = onnx.load_model_from_string(data)
+        except Exception as err:  # protobuf's DecodeError, or a too-deep message
+            detail = str(err).splitlines()[0] if str(err) else type(err).__name__
+            raise OnnxImportError(
+                f"the {len(data)} bytes given do not parse as an ONNX model (truncated, "
+                f"corrupt or not ONNX): {detail}"
+            ) from None
+        if not proto.HasField("graph"):
+            raise OnnxImportError(f"the {len(data)} bytes given hold no ONNX graph")
+        return _Source(proto, len(data), "bytes", base_dir, False)
     if isinstance(model, (str, os.PathLike)):
         from .._onnxfile import OnnxFileError, read_onnx_file
 
+        if base_dir is not None:
+            raise TypeError(
+                "base_dir applies to a model given as bytes or an onnx.ModelProto; a model "
+                "given by path reads external data from its own folder"
+            )
         try:  # an empty, truncated, text or graphless file is refused naming the file
-            return read_onnx_file(model)
+            proto = read_onnx_file(model, load_external_data=False)
         except OnnxFileError as err:
             raise OnnxImportError(str(err)) from None
+        except (OSError, ImportError):
+            raise
+        except Exception as err:  # e.g. a message nested past protobuf's limit
+            detail = str(err).splitlines()[0] if str(err) else type(err).__name__
+            raise OnnxImportError(f"{os.fspath(model)}: cannot be read: {detail}") from None
+        real = os.path.realpath(os.fspath(model))
+        return _Source(
+            proto, os.path.getsize(real), repr(os.fspath(model)), os.path.dirname(real), False
+        )
     raise TypeError(
         f"model must be a path (str or os.PathLike), bytes or an onnx.ModelProto, got "
         f"{type(model).__name__}"
@@ -357,7 +539,8 @@ def infer_types(model: Any) -> dict[str, Any]:
     )
     light.functions.extend(model.functions)
     inferred = light
-    for data_prop in (True, False):  # data propagation names more dims, but may give up
+    modes = (True, False) if _data_prop_is_small(model) else (False,)
+    for data_prop in modes:  # data propagation names more dims, but may give up
         try:
             inferred = onnx.shape_inference.infer_shapes(
                 light, strict_mode=False, data_prop=data_prop
@@ -367,6 +550,52 @@ def infer_types(model: Any) -> dict[str, Any]:
             continue
     graph = inferred.graph
     return {info.name: info.type for info in [*graph.input, *graph.value_info, *graph.output]}
+
+
+#: the most elements ONNX data propagation may compute for one value (it holds them all)
+_DATA_PROP_MAX_ELEMENTS = 1 << 16
+# operators whose values ONNX data propagation computes (their inputs' values known)
+_DATA_PROP_OPS = frozenset(
+    {
+        "Add", "Sub", "Mul", "Div", "Cast", "CastLike", "Concat", "Gather", "Identity",
+        "Slice", "Squeeze", "Unsqueeze", "Constant", "Reshape",
+    }
+)  # fmt: skip
+
+
+def _data_prop_is_small(model: Any) -> bool:
+    """Whether ONNX data propagation stays small on ``model``: an upper bound on the
+    elements each value it could compute holds (``Concat`` adds its inputs' sizes, the other
+    operators it computes keep the largest, ``Shape`` gives at most 64), which must stay
+    under ``_DATA_PROP_MAX_ELEMENTS``. A chain of ``Concat`` nodes doubling a constant would
+    otherwise make onnx compute (and run out of memory on) every value of it."""
+    size: dict[str, int] = {}
+    graphs = [model.graph]
+    while graphs:
+        graph = graphs.pop()
+        for init in graph.initializer:
+            n = math.prod(int(d) for d in init.dims)
+            size[init.name] = n if n <= _INFER_MAX_ELEMENTS else 0  # not given to inference
+        for node in graph.node:
+            known = [size.get(name, 0) for name in node.input if name]
+            for attr in node.attribute:
+                graphs.extend(_attr_graphs(attr))
+                if attr.HasField("t"):
+                    known.append(math.prod(int(d) for d in attr.t.dims))
+                known.append(len(attr.ints) + len(attr.floats))
+            if node.op_type in ("Shape", "Size"):
+                bound = 64
+            elif node.op_type not in _DATA_PROP_OPS:
+                bound = 0
+            elif node.op_type == "Concat":
+                bound = sum(known)
+            else:
+                bound = max(known, default=1)
+            if bound > _DATA_PROP_MAX_ELEMENTS:
+                return False
+            for name in node.output:
+                size[name] = bound
+    return True
 
 
 def dim_params(types: dict[str, Any]) -> dict[str, tuple[str | None, ...]]:
@@ -449,6 +678,27 @@ def _check_supported(model: Any, opsets: dict[str, int]) -> None:
         )
 
 
+def _raw_error(label: str, node: Any, inputs: list[Any], err: BaseException) -> str:
+    """The message for a raw error converting (or folding) one node: the node, what went
+    wrong and every input."""
+    detail = str(err).strip().splitlines()[0][:300] if str(err).strip() else ""
+    kind = type(err).__name__
+    if isinstance(err, MemoryError):
+        detail = "the allocation failed (out of memory)"
+    elif isinstance(err, RecursionError):
+        detail = "the graph nests too deeply"
+    names = list(node.input)
+    shown = "; ".join(
+        f"input {i} {name!r}: {_describe(v)}" for i, (name, v) in enumerate(zip(names, inputs))
+    )
+    attrs = ", ".join(a.name for a in node.attribute)
+    return (
+        f"{label}: converting it failed ({kind}: {detail}); "
+        + (shown or "no inputs")
+        + (f"; attributes: {attrs}" if attrs else "")
+    )
+
+
 def _onnx_version() -> str:
     import onnx
 
@@ -472,7 +722,9 @@ class Converting:
         opsets: dict[str, int],
         shapes: dict[str, tuple[int | None, ...]],
         params: dict[str, tuple[str | None, ...]] | None = None,
+        budget: FoldBudget | None = None,
     ):
+        self.budget = budget
         self.params = params or {}
         #: dim_param -> (graph input, dim index) that carries that size at run time
         self.symbols: dict[str, tuple[fx.Node, int]] = {}
@@ -499,23 +751,25 @@ class Converting:
                 continue
             if name not in b.values:
                 raise OnnxImportError(
-                    f"{node.op_type} node {node.name or node.output[0]!r} reads {name!r}, which "
-                    "no initializer, graph input or earlier node defines (is the graph "
-                    "topologically sorted?)"
+                    f"{_label(node, self.version(node), self.opset)}: input {len(inputs)} "
+                    f"({name!r}) is defined by no initializer, graph input or earlier node "
+                    "(is the graph topologically sorted?)",
+                    node=_label(node, self.version(node), self.opset),
                 )
             value = b.values[name]
             if value is _POISON:
                 skip = True
             inputs.append(value)
         outs: list[Any] = [_POISON] * len(node.output)
+        version = self.version(node)
+        label = _label(node, version, self.opset)
         if not skip:
-            version = self.version(node)
-            ctx = NodeContext(b, node, version, inputs, self.opset)
-            ctx.converting = self
             converter = find_converter(node.op_type, version)
             if converter is None:  # pragma: no cover - _check_supported raised already
                 raise UnsupportedOnnxError([UnsupportedOp(node.op_type, self.opset, 1, "")])
             try:
+                ctx = NodeContext(b, node, version, inputs, self.opset)
+                ctx.converting = self
                 outs = list(converter(ctx))
             except UnsupportedOnnxError as err:
                 for entry in err.unsupported:
@@ -523,19 +777,29 @@ class Converting:
                     self.failures[key] += entry.nodes
                     self.labels.setdefault(key, []).extend(err.node_labels)
                 outs = [_POISON] * len(node.output)
+            except OnnxImportError as err:
+                if err.node is not None:  # a node of a subgraph, named already
+                    raise
+                text = str(err)
+                if not text.startswith(label):
+                    text = f"{label}: {text}"
+                raise OnnxImportError(text, node=label) from err
+            except Exception as err:  # a raw error of torch, numpy or onnx: name the node
+                raise OnnxImportError(_raw_error(label, node, inputs, err), node=label) from err
         for i, name in enumerate(node.output):
             if not name:
                 continue
             if i >= len(outs) or outs[i] is None:
                 raise OnnxImportError(
-                    f"{node.op_type} node {node.name or name!r}: output {i} ({name!r}) is used "
-                    "but the importer does not produce it"
+                    f"{label}: output {i} ({name!r}) is used but the importer does not produce it",
+                    node=label,
                 )
             b.values[name] = outs[i]
             if isinstance(outs[i], fx.Node) and name in self.shapes:
                 b.shapes[outs[i]] = self.shapes[name]
 
     def raise_failures(self) -> None:
+        """Raise one :class:`UnsupportedOnnxError` for the failures collected."""
         if not self.failures:
             return
         entries = []
@@ -552,7 +816,7 @@ class Converting:
         """A module for ``graph`` (an ``If`` / ``Loop`` body) whose arguments are the body's
         own inputs followed by the outer-scope values named in ``captured``. Returns None
         when a node of it failed to convert (the failure is collected)."""
-        b = GraphBuilder()
+        b = GraphBuilder(self.budget)
         for init in graph.initializer:
             b.values[init.name] = Const(tensor_from_proto(init))
         for inp in graph.input:
@@ -569,7 +833,10 @@ class Converting:
         results = []
         for out in graph.output:
             if out.name not in b.values:
-                raise OnnxImportError(f"subgraph output {out.name!r} is never computed")
+                raise OnnxImportError(
+                    f"subgraph {graph.name!r}: output {out.name!r} is computed by no node, "
+                    "initializer or input of it nor of an enclosing graph"
+                )
             value = b.values[out.name]
             if value is _POISON:
                 return None
@@ -612,30 +879,66 @@ def all_nodes(graph: Any) -> list[Any]:
     return out
 
 
-def build(model: Any) -> fx.GraphModule:
-    """Convert a loaded ``onnx.ModelProto`` (see :func:`padkit.onnx.load`)."""
-    load_converters()
+def _prepare(source: _Source, limits: Limits) -> tuple[Any, int]:
+    """The checked model, its external data read (a copy when the caller owns it)."""
+    model = source.proto
+    check_depth(model, limits.max_subgraph_depth)
+    extra = 0
+    if has_external_data(model):
+        if source.shared and source.base_dir is not None:
+            import onnx
 
-    model = _inline_functions(model)
-    opsets = _opsets(model)
-    types = infer_types(model)
-    expanded = expand_function_ops(model, opsets, types)
-    if expanded is not model:
-        model, types = expanded, infer_types(expanded)
+            model = onnx.ModelProto()
+            model.CopyFrom(source.proto)
+        extra = read_external_data(model, source.base_dir, source.given)
+    validate_model(model, limits, source.size + extra)
+    check_function_expansion(model, limits.max_function_nodes)
+    return model, source.size + extra
+
+
+def build(
+    model: Any, limits: Limits | None = None, source_bytes: int | None = None
+) -> fx.GraphModule:
+    """Convert a checked ``onnx.ModelProto`` (see :func:`padkit.onnx.load`)."""
+    load_converters()
+    limits = limits or Limits()
+    size = model.ByteSize() if source_bytes is None else source_bytes
+    stage = "inlining the model's local functions"
+    try:
+        model = _inline_functions(model)
+        stage = "running ONNX shape inference"
+        opsets = _opsets(model)
+        types = infer_types(model)
+        stage = "expanding function-defined operators"
+        expanded = expand_function_ops(model, opsets, types)
+        if expanded is not model:
+            model, types = expanded, infer_types(expanded)
+    except OnnxImportError:
+        raise
+    except Exception as err:
+        detail = str(err).strip().splitlines()[0][:300] if str(err).strip() else ""
+        raise OnnxImportError(f"{stage} failed ({type(err).__name__}: {detail})") from err
     _check_supported(model, opsets)
     graph = model.graph
-    run = Converting(opsets, static_shapes(types), dim_params(types))
-    b = GraphBuilder()
-    for init in graph.initializer:
-        b.values[init.name] = Const(tensor_from_proto(init))
+    budget = FoldBudget(limits.folded_bytes(size))
+    run = Converting(opsets, static_shapes(types), dim_params(types), budget)
+    b = GraphBuilder(budget)
     for sparse in graph.sparse_initializer:
         raise OnnxImportError(
             f"initializer {sparse.values.name!r} is sparse; padkit.onnx needs dense initializers"
         )
+    for init in graph.initializer:
+        try:
+            b.values[init.name] = Const(tensor_from_proto(init))
+        except OnnxImportError as err:
+            raise OnnxImportError(f"initializer {init.name!r} of the main graph: {err}") from None
     for inp in graph.input:
         if inp.name in b.values:
             continue  # an initializer listed as input (IR < 4): a constant
-        ph = b.graph.placeholder(re.sub(r"\W", "_", inp.name) or "input")
+        arg = re.sub(r"\W", "_", inp.name) or "input"
+        if keyword.iskeyword(arg) or arg == "self":  # forward(self, def) is no Python
+            arg += "_"
+        ph = b.graph.placeholder(arg)
         b.values[inp.name] = ph
         if inp.name in run.shapes:
             b.shapes[ph] = run.shapes[inp.name]
@@ -647,17 +950,33 @@ def build(model: Any) -> fx.GraphModule:
     results = []
     for out in graph.output:
         if out.name not in b.values:
-            raise OnnxImportError(f"graph output {out.name!r} is never computed")
+            raise OnnxImportError(
+                f"graph output {out.name!r} is computed by no node, initializer or input"
+            )
         results.append(b.materialize(b.values[out.name]))
     b.graph.output(results[0] if len(results) == 1 else tuple(results))
-    module = fx.GraphModule(b.root, b.graph, class_name="OnnxModule")
-    if module.graph.eliminate_dead_code():  # shape arithmetic symbolic sizes made unneeded
-        module.delete_all_unused_submodules()
-        module.recompile()
+    try:
+        module = fx.GraphModule(b.root, b.graph, class_name="OnnxModule")
+        if module.graph.eliminate_dead_code():  # shape arithmetic symbolic sizes made unneeded
+            module.delete_all_unused_submodules()
+            module.recompile()
+    except Exception as err:
+        detail = str(err).strip().splitlines()[0][:300] if str(err).strip() else ""
+        raise OnnxImportError(
+            f"generating the torch module failed ({type(err).__name__}: {detail})"
+        ) from err
     return module.eval()
 
 
-def load(model: Any) -> fx.GraphModule:
+def load(
+    model: Any,
+    *,
+    base_dir: str | os.PathLike[str] | None = None,
+    max_function_nodes: int = Limits.max_function_nodes,
+    max_folded_bytes: int | None = None,
+    max_initializer_ratio: float = Limits.max_initializer_ratio,
+    max_subgraph_depth: int = Limits.max_subgraph_depth,
+) -> fx.GraphModule:
     """Import an ONNX model as a ``torch.fx.GraphModule`` built from padkit layers.
 
     The module takes the graph's inputs (those without an initializer) positionally, in
@@ -667,14 +986,30 @@ def load(model: Any) -> fx.GraphModule:
     values computable at import time (initializers, ``Constant``, ``Shape`` of a
     statically shaped tensor, ...) are folded. The module is returned in eval mode.
 
+    Every file is treated as hostile: it is checked before anything is built (tensor data
+    against dims and type, opsets, names, attribute types, subgraph bodies), external data
+    is read only from one folder, and the limits below bound what importing may allocate.
+
     Args:
         model: a path, the serialized bytes, or an ``onnx.ModelProto``.
+        base_dir: the folder external data is read from, for a model given as bytes or an
+            ``onnx.ModelProto`` (a model given by path reads it from the file's own folder,
+            links resolved). Without it such a model that needs external data is refused;
+            with it, a location that leaves the folder (absolute, ``..``, a link) is refused.
+        max_function_nodes: the most nodes inlining the model's local functions may make.
+        max_folded_bytes: the most bytes the constants computed at import time may hold
+            together; None: 256 MiB + 4 x the model's size (the file plus its external data).
+        max_initializer_ratio: the stored tensors may declare at most this many times the
+            model's size in bytes (+ 16 MiB).
+        max_subgraph_depth: the deepest nesting of ``If`` / ``Loop`` / ``Scan`` bodies.
 
     Raises:
         UnsupportedOnnxError: the model uses operators or attributes the importer does not
             implement; the message lists each one with its opset and node count.
-        OnnxImportError: the model is malformed.
-        TypeError: ``model`` has a wrong type.
+        OnnxImportError: the model is malformed, or over a limit (the message names the
+            node, or the tensor, and the limit's keyword).
+        TypeError: ``model`` or ``base_dir`` has a wrong type.
+        ValueError: a limit is not a positive number.
 
     Example:
         >>> import torch
@@ -693,4 +1028,10 @@ def load(model: Any) -> fx.GraphModule:
         raise ImportError(
             "padkit.onnx.load needs the 'onnx' package: pip install 'padkit[onnx]'"
         ) from err
-    return build(_read_model(model))
+    limits = Limits(max_function_nodes, max_folded_bytes, max_initializer_ratio, max_subgraph_depth)
+    source = _read_model(model, base_dir)
+    try:
+        proto, size = _prepare(source, limits)
+    except RecursionError:
+        raise OnnxImportError("the model nests too deeply to be checked") from None
+    return build(proto, limits, size)

@@ -40,6 +40,13 @@ def if_(ctx: NodeContext) -> list[Value | None]:
         for init in branch.initializer:
             b.values[init.name] = Const(tensor_from_proto(init))
         run.run_nodes(b, branch.node)
+        which = "then_branch" if branch is then_g else "else_branch"
+        missing = [o.name for o in branch.output if o.name not in b.values]
+        if missing:
+            raise ctx.error(
+                f"attribute {which!r}: output {missing[0]!r} is computed by no node, "
+                "initializer or input of the branch nor of an enclosing graph"
+            )
         return [b.values[o.name] for o in branch.output]
     captured: list[str] = []
     for graph in (then_g, else_g):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import torch
@@ -60,6 +61,66 @@ def _check_nd(ctx: NodeContext, nd: int) -> None:
         raise ctx.unsupported(f"{nd} spatial axes (padkit layers cover 1, 2 and 3)")
 
 
+def _check_conv(
+    ctx: NodeContext, x: Value, w: Value, b: Value | None, nd: int, transposed: bool
+) -> int:
+    """Check ``group``, strides, dilations, ``kernel_shape`` and the bias against the weight
+    (where it is known at import time); returns ``group``."""
+    group = ctx.attr("group", 1)
+    if not isinstance(group, int) or group < 1:
+        raise ctx.error(f"attribute group={group!r} must be an int >= 1")
+    for name in ("strides", "dilations"):
+        values = ctx.ints(name) or []
+        if any(v < 1 for v in values):
+            raise ctx.error(f"attribute {name}={values}: each must be >= 1")
+    if not isinstance(w, Const):
+        return group
+    weight = w.tensor
+    shape = [int(v) for v in weight.shape]
+    if not weight.dtype.is_floating_point:
+        dtype = str(weight.dtype).replace("torch.", "")
+        raise ctx.error(
+            f"input 1 (W) is {dtype}; {ctx.op_type} takes float16, bfloat16, float32 or "
+            "float64 weights"
+        )
+    if len(shape) != nd + 2:
+        raise ctx.error(
+            f"input 1 (W) has shape {shape}: a {nd}-d {ctx.op_type} needs a {nd + 2}-d weight"
+        )
+    kernel = ctx.ints("kernel_shape")
+    if kernel and list(kernel) != shape[2:]:
+        raise ctx.error(
+            f"attribute kernel_shape={list(kernel)} disagrees with input 1 (W) of shape "
+            f"{shape}, whose kernel is {shape[2:]}"
+        )
+    if shape[0] % group:
+        raise ctx.error(
+            f"input 1 (W) has {shape[0]} {'input' if transposed else 'output'} channel(s), "
+            f"not a multiple of group={group}"
+        )
+    in_ch = shape[0] if transposed else shape[1] * group
+    out_ch = shape[1] * group if transposed else shape[0]
+    x_shape = ctx.static_shape(x)
+    known = x_shape is not None and len(x_shape) >= 2 and x_shape[1] is not None
+    if known and x_shape is not None and (len(x_shape) != nd + 2 or x_shape[1] != in_ch):
+        raise ctx.error(
+            f"input 0 (X) has shape {list(x_shape)}, but input 1 (W) of shape {shape} "
+            f"with group={group} takes {nd + 2}-d input with {in_ch} channel(s)"
+        )
+    if isinstance(b, Const):
+        bias = [int(v) for v in b.tensor.shape]
+        if bias != [out_ch]:
+            raise ctx.error(
+                f"input 2 (B) has shape {bias}, but the {ctx.op_type} makes {out_ch} output "
+                f"channel(s) (W {shape}, group={group}): B must have shape [{out_ch}]"
+            )
+        if b.tensor.dtype != weight.dtype:
+            raise ctx.error(
+                f"input 2 (B) is {b.tensor.dtype}, input 1 (W) {weight.dtype}: they must agree"
+            )
+    return group
+
+
 def _param(t: torch.Tensor) -> nn.Parameter:
     return nn.Parameter(t.detach(), requires_grad=t.dtype.is_floating_point)
 
@@ -77,9 +138,9 @@ def conv(ctx: NodeContext) -> list[Value | None]:
     nd = _spatial_rank(ctx, w)
     _check_nd(ctx, nd)
     padding = _padding(ctx, nd)
+    groups = _check_conv(ctx, x, w, b, nd, transposed=False)
     stride = _per_axis(ctx, "strides", nd)
     dilation = _per_axis(ctx, "dilations", nd)
-    groups = int(ctx.attr("group", 1))
     if isinstance(w, Const) and (b is None or isinstance(b, Const)):
         weight = w.tensor
         kernel = tuple(int(v) for v in weight.shape[2:])
@@ -137,10 +198,10 @@ def conv_transpose(ctx: NodeContext) -> list[Value | None]:
     nd = _spatial_rank(ctx, w)
     _check_nd(ctx, nd)
     auto_pad = _auto_pad(ctx)
+    groups = _check_conv(ctx, x, w, b, nd, transposed=True)
     stride = _per_axis(ctx, "strides", nd)
     dilation = _per_axis(ctx, "dilations", nd)
     output_padding = _per_axis(ctx, "output_padding", nd, default=0)
-    groups = int(ctx.attr("group", 1))
     output_shape = ctx.ints("output_shape")
     if output_shape is not None and len(output_shape) == 0:
         output_shape = None
@@ -437,6 +498,21 @@ def _floats(t: torch.Tensor | None) -> list[float] | None:
     return [float(v) for v in t.reshape(-1).tolist()]
 
 
+def _scales(ctx: NodeContext, values: list[float] | None, what: str) -> list[float] | None:
+    """``values`` after checking each scale is finite and > 0."""
+    bad = [v for v in values or [] if not math.isfinite(v) or v <= 0]
+    if bad:
+        raise ctx.error(f"{what} {values}: each scale must be finite and > 0, got {bad[0]}")
+    return values
+
+
+def _sizes(ctx: NodeContext, values: list[float] | None, what: str) -> list[float] | None:
+    bad = [v for v in values or [] if v < 0]
+    if bad:
+        raise ctx.error(f"{what} {values}: each size must be >= 0, got {bad[0]}")
+    return values
+
+
 @register("Upsample", since=7)
 def upsample(ctx: NodeContext) -> list[Value | None]:
     mode = str(ctx.attr("mode", "nearest")).lower()
@@ -447,11 +523,13 @@ def upsample(ctx: NodeContext) -> list[Value | None]:
     x = ctx.required(0)
     if ctx.version < 9:
         scales = [float(v) for v in ctx.attr("scales", [])]
+        _scales(ctx, scales, "attribute scales")
         layer = R.Resize(mode, "asymmetric", "simple", scales=scales)
         return [ctx.module(layer, x)]
     sc = ctx.required(1)
     if isinstance(sc, Const):
-        layer = R.Resize(mode, "asymmetric", "simple", scales=_floats(sc.tensor))
+        scales_in = _scales(ctx, _floats(sc.tensor), "input 1 (scales)")
+        layer = R.Resize(mode, "asymmetric", "simple", scales=scales_in)
         return [ctx.module(layer, x)]
     return [ctx.module(R.Resize(mode, "asymmetric", "simple"), x, sc)]
 
@@ -466,7 +544,7 @@ def resize(ctx: NodeContext) -> list[Value | None]:
         sc = ctx.required(1)
         layer = R.Resize(mode, "asymmetric", "simple")
         if isinstance(sc, Const):
-            layer.scales = tuple(_floats(sc.tensor) or ())
+            layer.scales = tuple(_scales(ctx, _floats(sc.tensor), "input 1 (scales)") or ())
             return [ctx.module(layer, x)]
         return [ctx.module(layer, x, sc)]
     if int(ctx.attr("antialias", 0)):
@@ -496,6 +574,10 @@ def resize(ctx: NodeContext) -> list[Value | None]:
             continue
         if isinstance(value, Const):
             data = _floats(value.tensor)
+            if attr == "scales":
+                data = _scales(ctx, data, "input 2 (scales)")
+            elif attr == "sizes":
+                data = _sizes(ctx, data, "input 3 (sizes)")
             if data is not None:
                 setattr(
                     layer, attr, tuple(int(v) for v in data) if attr == "sizes" else tuple(data)

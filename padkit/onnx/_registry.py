@@ -85,7 +85,7 @@ def supported_ops() -> tuple[str, ...]:
 
 def load_converters() -> None:
     """Import every converter module (registration is their import side effect)."""
-    from . import _ops_control, _ops_index, _ops_math, _ops_nn, _ops_tensor  # noqa: F401
+    from . import _ops_control, _ops_index, _ops_math, _ops_nn, _ops_tensor, _sizers  # noqa: F401
 
 
 def op_table_markdown() -> str:

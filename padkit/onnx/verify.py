@@ -197,6 +197,8 @@ def _require_runtime() -> tuple[Any, Any]:
 
 
 def _read(onnx: Any, model: Any) -> tuple[Any, str]:
+    """The proto (external data not read: padkit.onnx.load and onnxruntime read it from the
+    file's folder themselves) and a label."""
     if isinstance(model, onnx.ModelProto):
         return model, "<ModelProto>"
     if isinstance(model, (bytes, bytearray)):
@@ -205,7 +207,7 @@ def _read(onnx: Any, model: Any) -> tuple[Any, str]:
         path = Path(model)
         if not path.is_file():
             raise FileNotFoundError(f"no such ONNX file: {str(path)!r}")
-        return onnx.load(str(path)), str(path)
+        return onnx.load(str(path), load_external_data=False), str(path)
     raise TypeError(
         f"model must be a path, bytes or an onnx.ModelProto, got {type(model).__name__}"
     )
@@ -362,7 +364,8 @@ def verify(
 
     say("importing with padkit.onnx.load ...")
     t0 = time.perf_counter()
-    module = load(proto)
+    by_path = isinstance(model, (str, Path))
+    module = load(str(model)) if by_path else load(proto)
     timings["import"] = time.perf_counter() - t0
     say(f"imported in {timings['import']:.2f} s")
 
@@ -381,7 +384,9 @@ def verify(
 
     say("running onnxruntime ...")
     t0 = time.perf_counter()
-    session = ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"])
+    session = ort.InferenceSession(
+        str(model) if by_path else proto.SerializeToString(), providers=["CPUExecutionProvider"]
+    )
     feeds = {name: a for (name, _, _), a in zip(declared, arrays)}
     names = [o.name for o in proto.graph.output]
     theirs = session.run(names, feeds)
