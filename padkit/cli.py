@@ -1,5 +1,5 @@
 """The ``padkit`` command: a thin argparse shell over :mod:`padkit.inspect`,
-:mod:`padkit.onnx.verify` and :mod:`padkit.explain`.
+:mod:`padkit.onnx.verify`, :func:`padkit.onnx.verify_export` and :mod:`padkit.explain`.
 
 Exit codes: 0 success, 1 failure (a verify mismatch, a model that does not load, any
 library error), 2 usage error.
@@ -28,6 +28,7 @@ _EPILOG = """\
 examples:
   padkit verify                                   # the bundled GoogLeNet-style model vs onnxruntime
   padkit verify model.onnx --input-shape 1,3,224,224
+  padkit verify net.onnx --against mynets.py:build      # the file vs its torch model, many sizes
   padkit inspect model.onnx
   padkit inspect torchvision.models:resnet18 --input-shape 1,3,224,224
   padkit inspect timm:tf_efficientnet_b0 --input-shape 1,3,224,224 --json
@@ -66,6 +67,18 @@ examples:
   padkit verify model.onnx --seed 1 --atol 1e-5
   padkit verify model.onnx --input-shape 1,3,320,320          # fills dynamic dims
   padkit verify two_inputs.onnx --input a.npy --input b.npy    # or --input NAME=FILE.npy
+
+--against FILE.py:FACTORY checks an exported file against the torch model FACTORY()
+returns (in eval mode): onnxruntime and the model run on the same seeded random inputs at
+several sizes, and shapes and values must agree at each. By default the sizes are taken
+around --input-shape (the export size; the file's fixed dims and 32 for dynamic ones when
+not given): the base, every dynamic dim +1 with a batch of 2, -1, a different odd step per
+axis, and twice the base plus one, so a file that is right only at its export size fails.
+A size the model itself refuses is skipped and reported.
+
+  padkit verify net.onnx --against mynets.py:build --input-shape 1,3,33,29
+  padkit verify net.onnx --against mynets.py:build --size 1,3,40,40 --size 2,3,17,9
+  padkit verify net.onnx --against mypackage.models:build
 """
 
 _EXPLAIN_EPILOG = """\
@@ -289,7 +302,63 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_verify_against(args: argparse.Namespace) -> int:
+    """``padkit verify FILE --against SPEC``: the file against the torch model it came from."""
+    if args.model is None:
+        raise _UsageError(
+            f"--against {args.against!r} needs MODEL, the ONNX file exported from that model"
+        )
+    for given, option in ((args.input, "--input"), (args.float64, "--float64")):
+        if given:
+            raise _UsageError(
+                f"{option} is for the importer check; --against runs seeded random inputs "
+                "at several sizes (give them with --size)"
+            )
+    shapes = args.input_shape or []
+    if len(shapes) > 1 or any(n is not None for n, _ in shapes):
+        raise _UsageError(
+            "with --against, --input-shape is one unnamed shape: the export size that the "
+            "default sizes are taken around (give other sizes with --size)"
+        )
+    from ._onnxfile import check_onnx_path, read_onnx_file
+
+    check_onnx_path(args.model)
+    read_onnx_file(args.model, load_external_data=False)
+    say = _progress("verify")
+    if not args.quiet:
+        say("loading torch ...")
+    from .onnx import load_model, verify_export
+
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())  # 'mymodels:build' from the current directory
+    if not args.quiet:
+        say(f"building the model from --against {args.against} ...")
+    try:
+        model = load_model(args.against)
+    except ValueError as err:
+        raise _UsageError(f"--against: {err}") from None
+    report = verify_export(
+        model,
+        args.model,
+        args.size,
+        input_shape=shapes[0][1] if shapes else None,
+        seed=args.seed,
+        atol=args.atol,
+        rtol=args.rtol,
+        tolerance="elementwise" if args.elementwise else "scale",
+        progress=None if args.quiet else say,
+        name=args.model,
+        against=args.against,
+    )
+    print(report)
+    return 0 if report.passed else 1
+
+
 def _cmd_verify(args: argparse.Namespace) -> int:
+    if args.against is not None:
+        return _cmd_verify_against(args)
+    if args.size:
+        raise _UsageError("--size needs --against: the sizes the model and the file run at")
     if args.model is not None:  # a missing or empty file is reported before the slow imports
         from ._onnxfile import check_onnx_path, read_onnx_file
 
@@ -426,6 +495,21 @@ def build_parser() -> argparse.ArgumentParser:
         "--float64",
         action="store_true",
         help="also run padkit in float64 and report float32 rounding against mismatch",
+    )
+    p.add_argument(
+        "--against",
+        metavar="FILE.py:FACTORY",
+        help="check MODEL against the torch model FACTORY() returns ('path/to/file.py:factory' "
+        "or 'package.module:factory') at several sizes the export never saw, instead of "
+        "against padkit's importer",
+    )
+    p.add_argument(
+        "--size",
+        action="append",
+        type=_shape,
+        metavar="SHAPE",
+        help="with --against: an input shape to run (repeatable; replaces the default sizes "
+        "around --input-shape)",
     )
     p.add_argument("-q", "--quiet", action="store_true", help="no progress messages on stderr")
     p.set_defaults(run=_cmd_verify)

@@ -5,6 +5,9 @@
 :mod:`padkit.nn` layers exactly (the ONNX spec's semantics; see ``docs/onnx-import.md``
 for where onnxruntime deviates), plus the common CNN operators. ``onnx`` is imported
 only when :func:`load` runs.
+
+:func:`verify_export` checks an exported file against the torch model it came from, at
+sizes the export never saw (``padkit verify FILE --against module.py:factory``).
 """
 
 from __future__ import annotations
@@ -15,5 +18,20 @@ from ._errors import (
 )
 from ._graph import load as load
 from ._registry import supported_ops as supported_ops
+from ._verify_export import (
+    ExportReport as ExportReport,
+    SizeCheck as SizeCheck,
+    load_model as load_model,
+    verify_export as verify_export,
+)
 
-__all__ = ["OnnxImportError", "UnsupportedOnnxError", "load", "supported_ops"]
+__all__ = [
+    "ExportReport",
+    "OnnxImportError",
+    "SizeCheck",
+    "UnsupportedOnnxError",
+    "load",
+    "load_model",
+    "supported_ops",
+    "verify_export",
+]

@@ -15,6 +15,7 @@ from torch import Tensor, nn
 from ..spec import (
     Padding,
 )
+from . import _dilate_check as check
 from ._common import (
     Change,
     SurgeryError,
@@ -54,9 +55,11 @@ from ._probe import (
 )
 from ._trace import (
     PROBE,
+    STEP,
     Event,
     Shape,
     _name,
+    _probe,
     _tensors,
     probe_like,
     record,
@@ -117,6 +120,10 @@ class _Dilation:
         self.pad_edits: dict[str, dict[tuple[str, int], Any]] = {}
         self.pad_notes: dict[str, list[str]] = {}
         self.calls: dict[str, int] = {}
+        # a layer whose stride became dilation: (module, new layer, overhang, owned, factor)
+        self.converted: dict[
+            str, tuple[nn.Module, _Layer, tuple[int, ...], bool, tuple[int, ...]]
+        ] = {}
 
     def module(self, path: str) -> nn.Module:
         return self.root.get_submodule(path)
@@ -311,6 +318,8 @@ class _Dilation:
             if owned
             else self.build(new_layer, module, overhang)
         )
+        if any(convert):
+            self.converted[path] = (module, new_layer, overhang, owned, factor)
         what = tuple(
             name
             for name, a, b in (
@@ -406,6 +415,46 @@ class _Dilation:
             pad_cls = (nn.ConstantPad1d, nn.ConstantPad2d, nn.ConstantPad3d)[layer.nd - 1]
             return nn.Sequential(pad_cls(flat, 0.0), _build(pool, old))
         return _build(layer, old)
+
+    def lengthen(self, path: str, cells: dict[int, int]) -> str | None:
+        """Give the layer at ``path``, whose stride became dilation, ``cells[axis]`` more
+        output cells at the end of each spatial axis: that much more end padding (zeros for
+        a conv, never counted nor winning for a pool). No lattice output reads them: they
+        only move the dense length within ``(F*(m-1), F*m]``, so that a join's inputs
+        match. Returns None, or why it cannot."""
+        module, layer, overhang, owned, factor = self.converted[path]
+        if owned or path in self.pad_edits:
+            return "its own forward hands its padding to the layer, which cannot grow at one end"
+        pairs = list(layer.static_pairs() or ())
+        extra = list(overhang)
+        for axis, n in sorted(cells.items()):
+            if not 0 <= axis < len(pairs) or layer.stride[axis] != 1:
+                return f"its spatial axis {axis} keeps a stride"
+            lo, hi = pairs[axis]
+            k_eff = layer.dilation[axis] * (layer.kernel[axis] - 1) + 1
+            if layer.kind != "conv" and hi + n >= k_eff:
+                return (
+                    f"its last window would lie wholly in padding ({hi + n} end pad cells "
+                    f"for a dilated window of {k_eff})"
+                )
+            pairs[axis] = (lo, hi + n)
+            extra[axis] += n
+        new_layer = replace(layer, padding=Padding(tuple(pairs)))
+        self.converted[path] = (module, new_layer, tuple(extra), owned, factor)
+        new = self.build(new_layer, module, tuple(extra))
+        _, change = self.plans[path]
+        added = tuple(cells.get(axis, 0) for axis in range(len(pairs)))
+        note = (
+            f"{added} more end cells per axis, read by no lattice output, so that its dense "
+            "length equals the other branches' where they join"
+        )
+        after = (
+            _brief(new, new_layer)
+            if not isinstance(new, nn.Sequential)
+            else (f"zero pad {new_layer.static_pairs()} counted, then {_brief(new[1])}")
+        )
+        self.plans[path] = (new, replace(change, after=after, detail=f"{change.detail}; {note}"))
+        return None
 
     def transform(
         self,
@@ -808,6 +857,7 @@ def _known(table: dict[tuple[str, str], Any]) -> dict[type, Any]:
 
 
 _State = tuple[tuple[int, ...], tuple[int, ...]]  # (input stride, lattice factor) per axis
+_Converted = tuple[nn.Module, _Layer, tuple[int, ...], bool, tuple[int, ...]]
 
 
 # ----------------------------------------------------------------------------- the probe
@@ -898,7 +948,12 @@ def dilate(
     pools, means in squeeze-excitation gates, a head's pool) then read only the lattice
     ``x[..., ::f, ::f]``. In eval mode every output of the dilated model, subsampled at
     ``[..., ::r, ::r]`` (``r`` = its old / new stride), equals the original's:
-    :func:`dilation_error` measures it.
+    :func:`dilation_error` measures it. Branches that a join (``+``, ``*``, ``cat``) brings
+    together get equal dense lengths: a re-strided layer on a shorter branch (a patchify
+    conv beside a ceil-mode pool shortcut) gets end padding that no lattice output reads.
+    Before it returns, dilate runs the dilated model on the trace's probes and checks every
+    output against the original's on its lattice; a model that crashes or differs is
+    refused, naming the module.
 
     Works on any model whose spatial operations past the output stride are torch or padkit
     conv and pool modules, position-wise code (activations, BatchNorm with running
@@ -961,22 +1016,41 @@ def dilate(
             f"dilate(): output_stride={output_stride!r} is not a stride this model reaches; "
             f"accepted: {reachable} (its current output stride is {deepest})"
         )
+    shape, like = _probe_like(model)
+    probes = [_probe(shape, extra, like) for extra in (0, STEP)]
+    refs = [check.outputs(model, x) for x in probes]  # the original's, before any change
     out = model if inplace else _copy(model)
     plan = _Dilation(out, output_stride, gates)
     plan.run(events)
     plan.traced(out, inplace)  # refuses, if it must, before anything is changed
+    undo: list[tuple[list[str], nn.Module]] = []
+
+    def put(path: str) -> None:
+        paths = _paths_by_id(out)[id(out.get_submodule(path))]
+        undo.append((paths, out.get_submodule(path)))
+        _replace(out, paths, plan.plans[path][0])
+
+    for path in plan.plans:
+        put(path)
+    root = out
     by_id = _paths_by_id(out)
-    report = SurgeryReport("dilate")
-    for path, (new, change) in plan.plans.items():
-        _replace(out, by_id[id(out.get_submodule(path))], new)
-        report.changes.append(change)
-    by_id = _paths_by_id(out)
+    traced_changes = []
     for path, new, change in plan.traced(out, inplace):
         if path == "":
             out = new
         else:
+            undo.append((by_id[id(out.get_submodule(path))], out.get_submodule(path)))
             _replace(out, by_id[id(out.get_submodule(path))], new)
-        report.changes.append(change)
+        traced_changes.append(change)
+    try:
+        _self_check(plan, model if not inplace else None, out, probes, refs, events, put)
+    except SurgeryError:
+        for paths, old in reversed(undo):
+            _replace(root, paths, old)
+        raise
+    report = SurgeryReport("dilate")
+    report.changes.extend(change for _, change in plan.plans.values())
+    report.changes.extend(traced_changes)
     order = {p: i for i, (p, _) in enumerate(out.named_modules(remove_duplicate=False))}
     report.changes.sort(key=lambda c: order.get(c.path, len(order)))
     info = getattr(out, "feature_info", None)
@@ -1002,6 +1076,98 @@ def dilate(
 
 
 # ----------------------------------------------------------------------------- the check
+
+
+def _self_check(
+    plan: _Dilation,
+    original: nn.Module | None,
+    out: nn.Module,
+    probes: list[Tensor],
+    refs: list[list[Tensor]],
+    events: list[Event],
+    put: Any,
+) -> None:
+    """Run the dilated model at each probe size. A join whose inputs differ in dense length
+    gets its shorter inputs' converted layers lengthened (:meth:`_Dilation.lengthen`), and
+    the run is made again; then each output, subsampled at its lattice, must equal the
+    original's on the same probe. Anything else is refused, naming the module."""
+    converted = {path: plan.converted[path][1].nd for path in plan.converted}
+
+    def refuse(path: str, why: str) -> SurgeryError:
+        try:
+            name = type(out.get_submodule(path)).__name__
+        except AttributeError:  # pragma: no cover - a path of the original only
+            name = type(plan.module(path)).__name__
+        return SurgeryError(f"dilate(): cannot handle {path or '<root>'!r} ({name}): {why}")
+
+    for _ in range(4):
+        results = [check.watch(out, x, converted) for x in probes]
+        mismatches = results[0][1] or results[1][1]
+        if not mismatches:
+            break
+        fixes: dict[str, dict[int, int]] = {}
+        for found in mismatches:
+            joins = (
+                f"its {found.name}() joins maps of dense lengths {found.lengths} along dim "
+                f"{found.dim} past the output stride"
+            )
+            for short in found.short:
+                if short is None:
+                    raise refuse(
+                        found.join,
+                        f"{joins}, and a shorter one does not come through a layer dilate "
+                        "re-strided, so no end padding can even them out",
+                    )
+                fixes.setdefault(short[0], {}).setdefault(short[1], short[2])
+        for path, cells in fixes.items():
+            why = plan.lengthen(path, cells)
+            if why is not None:
+                found = next(m for m in mismatches if any(s and s[0] == path for s in m.short))
+                nd = plan.converted[path][1].nd
+                more = tuple(cells.get(axis, 0) for axis in range(nd))
+                raise refuse(
+                    found.join,
+                    f"its {found.name}() joins maps of dense lengths {found.lengths} along dim "
+                    f"{found.dim} past the output stride, and {path!r}, where a shorter one "
+                    f"comes from, cannot get {more} more end cells per axis: {why}",
+                )
+            put(path)
+    else:
+        raise refuse(
+            mismatches[0].join,
+            f"its {mismatches[0].name}() joins maps of dense lengths {mismatches[0].lengths} "
+            "past the output stride, and lengthening the layers they come from does not even "
+            "them out",
+        )
+    for x, (_, _, error, failed_in) in zip(probes, results):
+        if error is not None:
+            first = (str(error).strip().splitlines() or [""])[0]
+            raise refuse(
+                failed_in or "",
+                f"the dilated model fails here on a probe of shape {tuple(x.shape)} "
+                f"({type(error).__name__}: {first})",
+            )
+    if plan.dense_reads:
+        return  # gates="dense": global reads pool the dense map, approximately by design
+    outs = [r[0] or [] for r in results]
+    bad = check.compare(refs, outs)
+    if bad is None:
+        return
+    probe, index, why = bad
+    where = None
+    if original is not None:
+        factors = {
+            (e.path, e.call): _Tensors(e.outs[0], e.outs[1], plan.os).factors[0]
+            for e in events
+            if e.kind == "module" and e.outs[0] and e.path
+        }
+        where = check.first_difference(original, out, probes[probe], factors)
+    raise refuse(
+        where or "",
+        f"the dilated model's output {index} on a probe of shape "
+        f"{tuple(probes[probe].shape)} is not the original's: {why}"
+        + ("" if where is None else " (this module's output is the first that differs)"),
+    )
 
 
 def _copy(model: nn.Module) -> nn.Module:
