@@ -268,13 +268,17 @@ def test_fuzz_dynamo_fast() -> None:
 
 
 @pytest.mark.slow
-def test_fuzz_torchscript_long() -> None:
-    run_fuzz(range(100, 700), TS_CONFIGS)
+@pytest.mark.parametrize("chunk", range(10))
+def test_fuzz_torchscript_long(chunk: int) -> None:
+    """1,000 seeded stacks under the TorchScript exporter (100 a chunk)."""
+    run_fuzz(range(100 + 100 * chunk, 200 + 100 * chunk), TS_CONFIGS)
 
 
 @pytest.mark.slow
-def test_fuzz_dynamo_long() -> None:
-    run_fuzz(range(2000, 2150), DYNAMO_CONFIGS)
+@pytest.mark.parametrize("chunk", range(10))
+def test_fuzz_dynamo_long(chunk: int) -> None:
+    """1,000 seeded stacks under the torch.export-based exporter (100 a chunk)."""
+    run_fuzz(range(2000 + 100 * chunk, 2100 + 100 * chunk), DYNAMO_CONFIGS)
 
 
 # ----------------------------------------------------------------------------- issue 45
