@@ -8,12 +8,17 @@ in an order reversed every other round; a case's time is the wall time of its pr
 over rounds and, for time, the median over rounds of the paired difference to ``import
 torch`` of the same round (machine load shifts both alike).
 
+``--pyc`` lets the children cache bytecode (``PYTHONPYCACHEPREFIX`` in a temporary
+directory, written by the warm-up run), as an installed package does; without it they run
+with the environment's ``PYTHONDONTWRITEBYTECODE`` (set on this project's machines, where
+every module is compiled from source on each import).
+
 ``--baseline COMMIT`` runs the same cases on an earlier commit's padkit (``git archive``
 into a temporary directory), interleaved with this checkout's, so before and after are
 measured side by side.
 
     python bench/import_cost.py --rounds 7
-    python bench/import_cost.py --rounds 7 --baseline 15951e3
+    python bench/import_cost.py --rounds 7 --baseline 15951e3 [--pyc]
 """
 
 from __future__ import annotations
@@ -50,10 +55,17 @@ class Samples:
     rss_mb: list[float] = field(default_factory=list)
 
 
+#: where the children cache bytecode under --pyc (None: the environment decides)
+_PYC: Path | None = None
+
+
 def _env(tree: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k != "PADKIT_NATIVE"}
     if _USER_NATIVE is not None:
         env["PADKIT_NATIVE"] = _USER_NATIVE
+    if _PYC is not None:
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
+        env["PYTHONPYCACHEPREFIX"] = str(_PYC)
     env["PYTHONPATH"] = str(tree)
     return env
 
@@ -82,6 +94,7 @@ def _archive(commit: str, into: Path) -> Path:
     tar = subprocess.run(
         ["git", "archive", commit, "padkit"], cwd=ROOT, capture_output=True, check=True
     ).stdout
+    into.mkdir()
     subprocess.run(["tar", "-x", "-C", str(into)], input=tar, check=True)
     return into
 
@@ -91,13 +104,17 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--baseline", help="an earlier commit, measured side by side")
     ap.add_argument("--no-verify", action="store_true", help="leave out padkit verify")
+    ap.add_argument("--pyc", action="store_true", help="cache bytecode, as an install does")
     args = ap.parse_args()
+    global _PYC
 
     cases = {k: v for k, v in CASES.items() if not (args.no_verify and "verify" in k)}
     with tempfile.TemporaryDirectory(prefix="padkit-import-") as tmp:
+        if args.pyc:
+            _PYC = Path(tmp) / "pyc"
         trees = {"this checkout": ROOT}
         if args.baseline:
-            trees[args.baseline] = _archive(args.baseline, Path(tmp))
+            trees[args.baseline] = _archive(args.baseline, Path(tmp) / "baseline")
         runs = [
             (t, c)
             for t in trees
@@ -133,10 +150,14 @@ def main() -> None:
             ]
         )
     print(env_header(torch.get_num_threads()))
-    dont_write = os.environ.get("PYTHONDONTWRITEBYTECODE")
+    bytecode = (
+        "cached (--pyc)"
+        if args.pyc
+        else f"PYTHONDONTWRITEBYTECODE={os.environ.get('PYTHONDONTWRITEBYTECODE') or 'unset'}"
+    )
     print(
-        f"- rounds: {args.rounds} (after one warm-up each); PYTHONDONTWRITEBYTECODE="
-        f"{dont_write or 'unset'}; PADKIT_NATIVE={_USER_NATIVE or 'unset'}"
+        f"- rounds: {args.rounds} (after one warm-up each); bytecode {bytecode}; "
+        f"PADKIT_NATIVE={_USER_NATIVE or 'unset'}"
     )
     print()
     header = ["case", "padkit", "time, median [min-max]", "over torch", "max RSS", "over torch"]
