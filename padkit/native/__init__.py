@@ -204,7 +204,8 @@ def _caller_level() -> int:
     a layer or function), so that the warning names the user's line."""
     import torch
 
-    inside = (os.path.dirname(os.path.dirname(__file__)), os.path.dirname(torch.__file__))
+    here, there = os.path.dirname(os.path.dirname(__file__)), os.path.dirname(torch.__file__)
+    inside = (here + os.sep, there + os.sep)
     frame, level = sys._getframe(1), 1  # _warn_unbuilt, which calls warnings.warn
     while frame.f_back is not None and frame.f_code.co_filename.startswith(inside):
         frame, level = frame.f_back, level + 1
