@@ -25,15 +25,16 @@ full path.
 from __future__ import annotations
 
 import dataclasses
+import sys
 from collections.abc import Callable
 from typing import Any, TypeVar, cast
 
 import torch
 from torch import Tensor
-from torch.fx.experimental.symbolic_shapes import has_static_value
 from torch.overrides import has_torch_function
 
 from . import functional as PF
+from ._sym import has_static_value
 from .op import Op
 from .plan import Plan, plan_conv
 
@@ -44,8 +45,20 @@ _Fn = TypeVar("_Fn", bound=Callable[..., Any])
 def _constant(fn: _Fn) -> _Fn:
     """``fn`` runs when dynamo traces a call of it, and its result is a constant of the
     graph (``torch.compiler.assume_constant_result``): what the trace read to call it is
-    guarded, ``fn`` itself is not traced."""
-    return cast(_Fn, torch.compiler.assume_constant_result(fn))  # type: ignore[no-untyped-call]
+    guarded, ``fn`` itself is not traced.
+
+    ``torch.compiler.assume_constant_result`` imports dynamo (~0.7 s); until something else
+    has, ``fn`` is marked as dynamo marks it (tests/test_compile.py checks the two agree).
+    """
+    if "torch._dynamo" in sys.modules:
+        return cast(_Fn, torch.compiler.assume_constant_result(fn))  # type: ignore[no-untyped-call]
+    return _mark_constant(fn)
+
+
+def _mark_constant(fn: _Fn) -> _Fn:
+    """What ``torch._dynamo.assume_constant_result`` does to ``fn``, without importing dynamo."""
+    fn._dynamo_marked_constant = True  # type: ignore[attr-defined]
+    return fn
 
 
 def static_batched(x: Any, nd: int) -> bool:

@@ -8,11 +8,13 @@ library error), 2 usage error.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
 import time
-from collections.abc import Sequence
+import warnings
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from . import __version__
@@ -265,7 +267,33 @@ def _import_problem(model: str) -> tuple[str | None, list[dict[str, Any]]]:
     return None, []
 
 
+#: the start of padkit.native.BackendWarning's message (padkit.native.WARNING_PREFIX, not
+#: imported here: the CLI checks its arguments before it loads torch)
+_BACKEND_OFF = "padkit's oneDNN backend is off"
+
+
+@contextlib.contextmanager
+def _backend_noted() -> Iterator[None]:
+    """The backend's one warning is left out: the command prints :func:`_backend_line`."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=_BACKEND_OFF)
+        yield
+
+
+def _backend_line() -> str:
+    """Whether padkit's ops ran on the oneDNN backend, and if not why (one line)."""
+    from . import native
+
+    with _backend_noted():
+        return f"native backend: {native.status()}"
+
+
 def _cmd_inspect(args: argparse.Namespace) -> int:
+    with _backend_noted():
+        return _inspect(args)
+
+
+def _inspect(args: argparse.Namespace) -> int:
     from .inspect import format_table, inspect_model, load_factory
 
     model = args.model
@@ -285,11 +313,14 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
     if not args.json:
         print(format_table(reports), flush=True)  # before the import check, which may fail
     problem, unsupported = _import_problem(model) if onnx_file else (None, [])
+    if not args.json and reports:
+        print(_backend_line())
     if args.json:
         payload: dict[str, Any] = {
             "model": model,
             "input_shape": list(args.input_shape) if args.input_shape else None,
             "layers": [r.to_dict() for r in reports],
+            "native_backend": _backend_line().partition(": ")[2],
         }
         if onnx_file:
             payload["imports"] = problem is None
@@ -390,18 +421,20 @@ def _cmd_verify(args: argparse.Namespace) -> int:
         model, name = args.model, args.model
         if not args.quiet:
             say(f"model: {name}")
-    report = verify(
-        model,
-        inputs,
-        input_shapes=shapes,
-        seed=args.seed,
-        atol=args.atol,
-        rtol=args.rtol,
-        progress=None if args.quiet else say,
-        name=name,
-        tolerance="elementwise" if args.elementwise else "scale",
-        float64=args.float64,
-    )
+    with _backend_noted():
+        report = verify(
+            model,
+            inputs,
+            input_shapes=shapes,
+            seed=args.seed,
+            atol=args.atol,
+            rtol=args.rtol,
+            progress=None if args.quiet else say,
+            name=name,
+            tolerance="elementwise" if args.elementwise else "scale",
+            float64=args.float64,
+        )
+    print(_backend_line())
     print(report)
     return 0 if report.passed else 1
 

@@ -50,8 +50,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from torch import sym_max
-from torch.fx.experimental.symbolic_shapes import statically_known_true
 
+from ._sym import statically_known_true
 from .spec import pool_output_size
 
 __all__ = ["STRATEGIES", "Plan", "plan_conv", "plan_pool"]
@@ -109,7 +109,7 @@ class Plan:
 def _known(cond: object) -> bool:
     """``cond`` holds for certain: a plain bool as is; for symbolic sizes, only where it
     holds without adding a guard on the size (so a dynamic-shape trace stays general)."""
-    return bool(statically_known_true(cond))  # type: ignore[arg-type]
+    return bool(statically_known_true(cond))
 
 
 def _zeros(nd: int) -> Pairs:

@@ -873,3 +873,219 @@ def test_a_size_seen_once_measures_nothing(tmp_path: Path) -> None:
         tuner.timings.clear()
         tuner._loaded = False
         native.disable()
+
+
+# ----------------------------------------------------------------------------- first use
+
+#: a first op that the backend would take (asymmetric pads), run three times
+_FIRST_OPS = (
+    "import warnings\n"
+    "warnings.simplefilter('always')\n"
+    "import torch, torch.nn.functional as F, padkit.functional as PF, padkit.native as n\n"
+    "x, w = torch.randn(1, 8, 9, 9), torch.randn(8, 8, 3, 3)\n"
+    "ref = F.conv2d(F.pad(x, [1, 0, 0, 1]), w, None, 2)\n"
+    "with warnings.catch_warnings(record=True) as seen:\n"
+    "    warnings.simplefilter('always')\n"
+    "    for _ in range(3):\n"
+    "        assert torch.allclose(PF.conv2d(x, w, None, 2, ((0, 1), (1, 0))), ref, atol=1e-5)\n"
+    "    n.status()\n"
+    "for s in seen:\n"
+    "    print('WARNING', s.category.__name__, s.message)\n"
+    "print('STATUS', n.status())\n"
+)
+
+
+def _first_ops(**env: str) -> tuple[list[str], str, str]:
+    """(the warnings, the status line, stderr) of a fresh process running _FIRST_OPS."""
+    full = {k: v for k, v in os.environ.items() if k != "PADKIT_NATIVE"}
+    full.update({"PYTHONPATH": str(ROOT), "PADKIT_NATIVE_TUNE": "0", **env})
+    res = subprocess.run(
+        [sys.executable, "-c", _FIRST_OPS],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=full,
+        timeout=600,
+    )
+    assert res.returncode == 0, res.stderr
+    lines = res.stdout.splitlines()
+    warned = [line.removeprefix("WARNING ") for line in lines if line.startswith("WARNING ")]
+    (status,) = [line.removeprefix("STATUS ") for line in lines if line.startswith("STATUS ")]
+    return warned, status, res.stderr
+
+
+@requires_backend
+@pytest.mark.parametrize(
+    ("case", "fix"),
+    [
+        ("no compiler", "install g++, or set CXX"),
+        ("unwritable cache", "set PADKIT_NATIVE_CACHE to a writable directory"),
+        ("no oneDNN", "PADKIT_ONEDNN_ROOT"),
+    ],
+)
+def test_a_backend_that_cannot_be_built_warns_once(tmp_path: Path, case: str, fix: str) -> None:
+    # one warning per process, whatever the number of ops: the reason, the fix, and how to
+    # turn it off; the ops still run (on the torch plans); status() says the same
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    env = {
+        "no compiler": {"CXX": str(tmp_path / "no-such-compiler")},
+        "unwritable cache": {"PADKIT_NATIVE_CACHE": str(blocker / "cache")},
+        "no oneDNN": {"PADKIT_ONEDNN_ROOT": str(tmp_path)},
+    }[case]
+    env.setdefault("PADKIT_NATIVE_CACHE", str(tmp_path / "cache"))
+    warned, status, stderr = _first_ops(**env)
+    assert len(warned) == 1, warned
+    assert warned[0].startswith(f"BackendWarning {native.WARNING_PREFIX}: ")
+    assert fix in warned[0] and "PADKIT_NATIVE=0" in warned[0]
+    assert status.startswith("off: ") and fix in status and "pure-torch" in status
+    assert "building" not in stderr  # nothing was announced that did not happen
+    # PADKIT_NATIVE=0: off, and silent
+    warned, status, _ = _first_ops(**env, PADKIT_NATIVE="0")
+    assert warned == [] and status.startswith("off (PADKIT_NATIVE=0")
+
+
+def test_without_onednn_installed_padkit_stays_silent() -> None:
+    # neither oneDNN wheel (the extra was not asked for): no warning, status() says why
+    code = (
+        "import padkit.native._build as b\n"
+        "def missing():\n"
+        "    raise b.NotInstalled(\"oneDNN is not installed: pip install 'padkit[native]'\")\n"
+        "b.find_onednn = missing\n" + _FIRST_OPS
+    )
+    full = {k: v for k, v in os.environ.items() if k != "PADKIT_NATIVE"}
+    res = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env={**full, "PYTHONPATH": str(ROOT)},
+        timeout=300,
+    )
+    assert res.returncode == 0, res.stderr
+    assert "WARNING" not in res.stdout and res.stderr == ""
+    assert "STATUS off: oneDNN is not installed: pip install 'padkit[native]'" in res.stdout
+
+
+@requires_backend
+def test_first_build_says_so_once(tmp_path: Path) -> None:
+    # a build announces itself in one line on stderr (no logging configured); a process
+    # that finds the build cached says nothing
+    _, status, stderr = _first_ops(PADKIT_NATIVE_CACHE=str(tmp_path))
+    assert status.startswith("on (oneDNN 3.")
+    assert stderr.splitlines() == [
+        f"padkit: building padkit's oneDNN kernels (once, a few seconds) in {tmp_path}"
+    ]
+    warned, status, stderr = _first_ops(PADKIT_NATIVE_CACHE=str(tmp_path))
+    assert warned == [] and stderr == "" and status.startswith("on (oneDNN 3.")
+
+
+def test_build_message_goes_to_logging_where_configured(
+    caplog: pytest.LogCaptureFixture, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # pytest's caplog is a configured handler: the message is a log record, not a print
+    with caplog.at_level("INFO", logger="padkit.native"):
+        _build._announce("building padkit's oneDNN kernels (once, a few seconds) in /x")
+    assert [r.getMessage() for r in caplog.records if r.name == "padkit.native"] == [
+        "building padkit's oneDNN kernels (once, a few seconds) in /x"
+    ]
+    assert capsys.readouterr().err == ""
+
+
+def test_stale_builds_are_pruned(tmp_path: Path) -> None:
+    # builds no process loaded for a week go, and leftovers of interrupted builds as old;
+    # recent builds (another padkit may use them), the current one and other files stay
+    day = 24 * 3600.0
+    now = time.time()
+    ages = {
+        "padkit_dnnl-0000000000000000.so": 8 * day,
+        "padkit_dnnl-1111111111111111.so": 2 * day,
+        "padkit_dnnl-building-abc.so": 8 * day,
+        "padkit_dnnl-current.so": 30 * day,
+        "choices-0000000000000000.json": 30 * day,
+    }
+    for name, age in ages.items():
+        (tmp_path / name).write_text("")
+        os.utime(tmp_path / name, (now - age, now - age))
+    removed = _build.prune(tmp_path, tmp_path / "padkit_dnnl-current.so", now)
+    assert sorted(p.name for p in removed) == [
+        "padkit_dnnl-0000000000000000.so",
+        "padkit_dnnl-building-abc.so",
+    ]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "choices-0000000000000000.json",
+        "padkit_dnnl-1111111111111111.so",
+        "padkit_dnnl-current.so",
+    ]
+    # loading refreshes a build's age (at most hourly), so a build in use is never stale
+    current = tmp_path / "padkit_dnnl-current.so"
+    _build._touch(current)
+    assert now - current.stat().st_mtime < 60
+    recent = tmp_path / "padkit_dnnl-1111111111111111.so"
+    os.utime(recent, (now - 60, now - 60))
+    _build._touch(recent)
+    assert abs(recent.stat().st_mtime - (now - 60)) < 1
+
+
+def test_a_build_pruned_before_it_loads_is_built_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # another process removed the build between this one's two looks at it (is_file, load)
+    built: list[Path] = []
+    loads: list[Path] = []
+
+    def compile_(cxx: str, flags: list[str], onednn: Any, out: Path, verbose: bool) -> None:
+        out.write_text("")
+        built.append(out)
+
+    class FakeLibrary:
+        def __init__(self, path: Path, onednn: Any) -> None:
+            loads.append(path)
+            if len(loads) == 1:
+                path.unlink()  # pruned by someone else just now
+                raise _build.BuildError(f"cannot load {path}")
+            self.path = path
+
+    monkeypatch.setenv("PADKIT_NATIVE_CACHE", str(tmp_path))
+    monkeypatch.setattr(_build, "_compile", compile_)
+    monkeypatch.setattr(_build, "Library", FakeLibrary)
+    monkeypatch.setattr(_build, "find_onednn", lambda: _build.OneDNN(tmp_path, tmp_path, (3, 2, 0)))
+    monkeypatch.setattr(_build, "_compiler", lambda: "g++")
+    lib = _build.build()  # built, removed before its load, built again
+    assert len(built) == 2 and len(loads) == 2 and lib.path == built[0] == built[1]
+    # a build that is there but does not load is an error, not a loop
+    monkeypatch.setattr(
+        _build, "Library", lambda p, o: (_ for _ in ()).throw(_build.BuildError("bad"))
+    )
+    with pytest.raises(_build.BuildError, match="bad"):
+        _build.build()
+
+
+@requires_backend
+def test_cli_says_what_the_backend_did(tmp_path: Path) -> None:
+    # padkit verify and padkit inspect print one line on the backend instead of the warning
+    from padkit import cli
+
+    assert cli._BACKEND_OFF == native.WARNING_PREFIX
+    full = {k: v for k, v in os.environ.items() if k != "PADKIT_NATIVE"}
+    env = {
+        **full,
+        "PYTHONPATH": str(ROOT),
+        "PADKIT_NATIVE_TUNE": "0",
+        "CXX": str(tmp_path / "no-such-compiler"),
+        "PADKIT_NATIVE_CACHE": str(tmp_path),
+    }
+    for args in (["verify", "-q"], ["inspect", "torchvision.models:resnet18"]):
+        res = subprocess.run(
+            [sys.executable, "-m", "padkit", *args],
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+            env=env,
+            timeout=300,
+        )
+        assert res.returncode == 0, res.stderr
+        (line,) = [x for x in res.stdout.splitlines() if x.startswith("native backend: ")]
+        assert line.startswith("native backend: off: compiling the native backend failed")
+        assert "install g++" in line
+        assert "Warning" not in res.stderr

@@ -8,9 +8,9 @@ from typing import Any
 
 import torch
 from torch import Tensor
-from torch.fx.experimental.symbolic_shapes import statically_known_true
 
 from .. import _export
+from .._sym import statically_known_true
 from ..spec import (
     Padding,
     PaddingError,

@@ -9,11 +9,11 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch import Tensor
-from torch.fx.experimental.symbolic_shapes import statically_known_true
 from torch.overrides import has_torch_function
 
 from .. import _export
 from .._finite import all_finite, values_visible
+from .._sym import statically_known_true
 from ..native import _dispatch as _backend
 from ..op import Op
 from ..plan import Plan, _as_residual_pad, plan_conv

@@ -11,10 +11,10 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch import Tensor
-from torch.fx.experimental.symbolic_shapes import statically_known_true
 
 from .. import _export
 from .._finite import all_finite, values_visible
+from .._sym import statically_known_true
 from ..native import _dispatch as _backend
 from ..op import _PER_TENSOR, Op, lowest_value, max_pad_fill, quantized_pad
 from ..plan import Plan, plan_pool

@@ -11,9 +11,13 @@ this machine on the op's first call and remembered on disk (:mod:`padkit.native.
 With the extra installed and a compiler present the backend is on: it is built (once,
 cached) on the first eligible op. ``PADKIT_NATIVE=0`` in the environment, or
 :func:`disable`, turns it off; ``PADKIT_NATIVE=1`` builds it at import and raises if it
-cannot. A build that fails leaves padkit on its torch plans, with the reason in
-:func:`info`. ``PADKIT_NATIVE_TUNE=0`` or :func:`set_tuning` ``(False)`` is the
-deterministic mode (no timing; the static rules of :mod:`padkit.native._policy`).
+cannot. The first build says so (one line: "building padkit's oneDNN kernels"). A build
+that fails leaves padkit on its torch plans and warns once per process
+(:class:`BackendWarning`: the reason and the fix), with the details in :func:`info`;
+where oneDNN is not installed at all (the extra was not asked for) it stays silent.
+:func:`status` says in one line which of these holds. ``PADKIT_NATIVE_TUNE=0`` or
+:func:`set_tuning` ``(False)`` is the deterministic mode (no timing; the static rules of
+:mod:`padkit.native._policy`).
 
 Example:
     >>> import padkit.native as native
@@ -27,14 +31,22 @@ Example:
 from __future__ import annotations
 
 import os
+import sys
 import threading
+import warnings
 from typing import Any
 
+<<<<<<< HEAD
 from . import _build, _dispatch, _ops, _tune
 from ._build import BuildError
+=======
+from . import _build, _dispatch, _ops
+from ._build import BuildError, NotInstalled
+>>>>>>> wt44
 from ._ops import NativeError
 
 __all__ = [
+    "BackendWarning",
     "BuildError",
     "NativeError",
     "available",
@@ -46,9 +58,20 @@ __all__ = [
     "info",
     "load",
     "set_tuning",
+    "status",
 ]
 
-_state: dict[str, Any] = {"lib": None, "error": None}
+_state: dict[str, Any] = {"lib": None, "error": None, "failure": None, "warned": False}
+
+#: how the CLI recognises (and replaces with its own line) the warning below
+WARNING_PREFIX = "padkit's oneDNN backend is off"
+
+
+class BackendWarning(RuntimeWarning):
+    """The backend is on by default (the native extra is installed) but cannot be built
+    or loaded here: padkit runs its pure-torch plans. Issued once per process, by the
+    first op that would have used the backend; ``PADKIT_NATIVE=0`` turns the backend off
+    and with it this warning."""
 
 
 def load() -> _build.Library:
@@ -59,6 +82,7 @@ def load() -> _build.Library:
             lib = _build.build()
         except BuildError as err:
             _state["error"] = str(err)
+            _state["failure"] = err
             raise
         _state["lib"] = lib
         _ops.set_library(lib)
@@ -164,6 +188,58 @@ def info() -> dict[str, Any]:
     }
 
 
+def _reason(err: BuildError) -> str:
+    """The first line of ``err``: why, and what to do (a complete sentence on its own)."""
+    return str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+
+
+def _warn_unbuilt() -> None:
+    """Once per process: the backend that is on by default cannot be built here."""
+    err: BuildError | None = _state["failure"]
+    if err is None or _state["warned"]:
+        return
+    _state["warned"] = True
+    if isinstance(err, NotInstalled):  # the extra was not asked for: nothing to warn about
+        _build.log.info("oneDNN backend off: %s", _reason(err))
+        return
+    warnings.warn(
+        f"{WARNING_PREFIX}: {_reason(err)}. padkit runs its pure-torch plans (slower on some "
+        "layers); PADKIT_NATIVE=0 turns the backend off and silences this warning.",
+        BackendWarning,
+        stacklevel=_caller_level(),
+    )
+
+
+def _caller_level() -> int:
+    """The ``stacklevel`` of the first frame outside padkit and torch (the user's call of
+    a layer or function), so that the warning names the user's line."""
+    import torch
+
+    here, there = os.path.dirname(os.path.dirname(__file__)), os.path.dirname(torch.__file__)
+    inside = (here + os.sep, there + os.sep)
+    frame, level = sys._getframe(1), 1  # _warn_unbuilt, which calls warnings.warn
+    while frame.f_back is not None and frame.f_code.co_filename.startswith(inside):
+        frame, level = frame.f_back, level + 1
+    return level
+
+
+def status() -> str:
+    """One line: whether padkit's ops can run on the backend here, and if not, why and
+    what to do. Where the backend is on by default and no op has asked for it yet, this
+    builds it (as the first op would) to tell."""
+    on = enabled()
+    lib: _build.Library | None = _state["lib"]
+    if on and lib is not None:
+        v = ".".join(map(str, lib.runtime_version))
+        return f"on (oneDNN {v}, {lib.isa}, {lib.path})"
+    err: BuildError | None = _state["failure"]
+    if lib is None and err is not None:
+        if isinstance(err, NotInstalled):
+            return f"off: {_reason(err)}"
+        return f"off: {_reason(err)}; padkit runs its pure-torch plans"
+    return "off (PADKIT_NATIVE=0 or padkit.native.disable()); padkit runs its pure-torch plans"
+
+
 class _AutoStart:
     """The backend's default state: on, but not built until the first op asks for it.
 
@@ -180,7 +256,10 @@ class _AutoStart:
             return None
         with self._lock:
             if _dispatch.active is self:
-                _dispatch.active = _dispatch.HOOK if enable(required=False) else None
+                on = enable(required=False)
+                _dispatch.active = _dispatch.HOOK if on else None
+                if not on:
+                    _warn_unbuilt()
         return _dispatch.active
 
     def conv(self, *args: Any) -> Any:

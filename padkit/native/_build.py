@@ -6,6 +6,11 @@ and ``onednn-devel-cpu-gomp`` wheels (the ``native`` extra), or from a directory
 ``include/`` and ``lib/`` named by ``PADKIT_ONEDNN_ROOT``. Built libraries are cached in
 ``PADKIT_NATIVE_CACHE``, else ``$XDG_CACHE_HOME/padkit/native``, else
 ``~/.cache/padkit/native``; the compiler is ``$CXX``, else ``g++``, else ``c++``.
+
+A build says so before it starts (it takes seconds): through the ``padkit.native`` logger
+at INFO where the application has configured logging, else as one line on stderr. A new
+build removes the builds in the cache that no process has loaded for a week
+(:func:`prune`).
 """
 
 from __future__ import annotations
@@ -13,19 +18,27 @@ from __future__ import annotations
 import ctypes
 import hashlib
 import importlib.metadata as md
+import logging
 import os
 import re
 import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["BuildError", "Library", "build", "find_onednn"]
+__all__ = ["BuildError", "Library", "NotInstalled", "build", "find_onednn", "prune"]
+
+log = logging.getLogger("padkit.native")
 
 SOURCE = Path(__file__).with_name("padkit_dnnl.cpp")
 ABI = 1
+#: a cached build that no process has loaded for this long is removed by the next build
+STALE_AFTER_S = 7 * 24 * 3600
+#: a build's modification time is its last load, refreshed at most this often
+_TOUCH_EVERY_S = 3600
 
 
 #: oneDNN's ``dnnl_cpu_isa_t`` values (oneapi/dnnl/dnnl_types.h) by name
@@ -46,7 +59,13 @@ ISA_NAMES = {
 
 
 class BuildError(RuntimeError):
-    """The native backend cannot be built or loaded here (the message says why)."""
+    """The native backend cannot be built or loaded here (the message says why and what
+    to do: its first line alone is a complete sentence)."""
+
+
+class NotInstalled(BuildError):
+    """Neither of the native extra's oneDNN wheels is installed and ``PADKIT_ONEDNN_ROOT``
+    is unset: the backend was not asked for (padkit does not warn about it)."""
 
 
 @dataclass(frozen=True)
@@ -89,7 +108,8 @@ def find_onednn() -> OneDNN:
             "onednn-cpu-gomp", "libdnnl.so"
         )
         if header is None or so is None:
-            raise BuildError(
+            kind = NotInstalled if header is None and so is None else BuildError
+            raise kind(
                 "oneDNN is not installed: pip install 'padkit[native]' (the onednn-cpu-gomp and "
                 "onednn-devel-cpu-gomp wheels), or set PADKIT_ONEDNN_ROOT to a directory with "
                 "include/ and lib/"
@@ -104,7 +124,12 @@ def find_onednn() -> OneDNN:
 def _compiler() -> str:
     cxx = os.environ.get("CXX") or shutil.which("g++") or shutil.which("c++")
     if not cxx:
-        raise BuildError("no C++ compiler found (set CXX, or install g++)")
+        raise BuildError("no C++ compiler found: install g++, or set CXX to a C++17 compiler")
+    if shutil.which(cxx) is None:
+        raise BuildError(
+            f"compiling the native backend failed: cannot run CXX={cxx!r} (not found); "
+            "install g++, or set CXX to a C++17 compiler"
+        )
     return cxx
 
 
@@ -125,7 +150,7 @@ class Library:
         try:
             lib = ctypes.CDLL(str(path))
         except OSError as err:
-            raise BuildError(f"cannot load {path}: {err}") from None
+            raise BuildError(f"cannot load {path} (remove it to build it again): {err}") from None
         if lib.padkit_dnnl_abi() != ABI:
             raise BuildError(f"{path} has another ABI than this padkit")
         p, i64 = ctypes.c_void_p, ctypes.POINTER(ctypes.c_int64)
@@ -159,6 +184,97 @@ class Library:
         return msg.decode(errors="replace")
 
 
+def _announce(message: str) -> None:
+    """``message`` through the ``padkit.native`` logger at INFO where the application has
+    configured logging (any handler on it or above it), else as one line on stderr."""
+    if log.hasHandlers():
+        log.info(message)
+    else:
+        print(f"padkit: {message}", file=sys.stderr, flush=True)
+
+
+def _touch(path: Path) -> None:
+    """Record that ``path`` is in use (its modification time), for :func:`prune`; at most
+    once an hour, and never an error (a read-only cache keeps its builds)."""
+    try:
+        if time.time() - path.stat().st_mtime > _TOUCH_EVERY_S:
+            os.utime(path)
+    except OSError:
+        pass
+
+
+def prune(cache: Path, keep: Path, now: float | None = None) -> list[Path]:
+    """Remove the builds in ``cache`` other than ``keep`` that no process has loaded for
+    :data:`STALE_AFTER_S` (a week), and the leftovers of builds interrupted as long ago.
+
+    Each load refreshes its build's modification time (:func:`_touch`), so a build that
+    another padkit (another version, virtual environment or compiler) still uses stays. A
+    process that has a removed build loaded keeps running it (on Linux the file lives on
+    until the last mapping goes); one that found it just before it went builds it again
+    (:func:`build`).
+    """
+    now = time.time() if now is None else now
+    removed = []
+    for path in sorted(cache.glob("padkit_dnnl-*.so")):
+        if path == keep:
+            continue
+        try:
+            if now - path.stat().st_mtime > STALE_AFTER_S:
+                path.unlink()
+                removed.append(path)
+        except OSError:
+            continue  # gone already, or not ours to remove
+    return removed
+
+
+def _compile(cxx: str, flags: list[str], onednn: OneDNN, out: Path, verbose: bool) -> None:
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix="padkit_dnnl-building-", suffix=".so", dir=out.parent)
+    except OSError as err:
+        raise BuildError(
+            f"cannot write the native backend to {out.parent} ({err}); set "
+            "PADKIT_NATIVE_CACHE to a writable directory"
+        ) from None
+    os.close(fd)
+    cmd = [
+        cxx,
+        *flags,
+        str(SOURCE),
+        f"-I{onednn.include}",
+        f"-L{onednn.lib}",
+        "-ldnnl",
+        f"-Wl,-rpath,{onednn.lib}",
+        "-o",
+        tmp,
+    ]
+    _announce(f"building padkit's oneDNN kernels (once, a few seconds) in {out.parent}")
+    start = time.perf_counter()
+    try:
+        res = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    except (OSError, subprocess.TimeoutExpired) as err:
+        os.unlink(tmp)
+        raise BuildError(
+            f"compiling the native backend failed: cannot run {cxx} ({err}); install g++, "
+            "or set CXX to a C++17 compiler"
+        ) from None
+    if res.returncode != 0:
+        os.unlink(tmp)
+        raise BuildError(
+            f"compiling the native backend failed ({cxx} exited with {res.returncode}; its "
+            "output is in padkit.native.info()['error'])\n"
+            + " ".join(cmd)
+            + "\n"
+            + res.stderr[-4000:]
+        )
+    if verbose:
+        print(" ".join(cmd), file=sys.stderr)
+    os.replace(tmp, out)
+    log.info("built %s in %.1f s", out, time.perf_counter() - start)
+    for old in prune(out.parent, out):
+        log.info("removed %s (not loaded for %d days)", old, STALE_AFTER_S // 86400)
+
+
 def build(verbose: bool = False) -> Library:
     """Compile (or reuse the cached build of) the backend and load it."""
     onednn = find_onednn()
@@ -182,38 +298,15 @@ def build(verbose: bool = False) -> Library:
         )
     ).hexdigest()[:16]
     out = _cache_dir() / f"padkit_dnnl-{digest}.so"
-    if not out.is_file():
+    for attempt in range(2):
+        if not out.is_file():
+            _compile(cxx, flags, onednn, out, verbose)
         try:
-            out.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(suffix=".so", dir=out.parent)
-        except OSError as err:
-            raise BuildError(
-                f"cannot write the native backend to {out.parent} ({err}); set "
-                "PADKIT_NATIVE_CACHE to a writable directory"
-            ) from None
-        os.close(fd)
-        cmd = [
-            cxx,
-            *flags,
-            str(SOURCE),
-            f"-I{onednn.include}",
-            f"-L{onednn.lib}",
-            "-ldnnl",
-            f"-Wl,-rpath,{onednn.lib}",
-            "-o",
-            tmp,
-        ]
-        try:
-            res = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
-        except (OSError, subprocess.TimeoutExpired) as err:
-            os.unlink(tmp)
-            raise BuildError(f"compiling the native backend failed: {err}") from None
-        if res.returncode != 0:
-            os.unlink(tmp)
-            raise BuildError(
-                "compiling the native backend failed:\n" + " ".join(cmd) + "\n" + res.stderr[-4000:]
-            )
-        if verbose:
-            print(" ".join(cmd), file=sys.stderr)
-        os.replace(tmp, out)
-    return Library(out, onednn)
+            lib = Library(out, onednn)
+        except BuildError:
+            if attempt or out.exists():
+                raise
+            continue  # pruned by another process between the two looks: build it again
+        _touch(out)
+        return lib
+    raise AssertionError("unreachable")  # pragma: no cover
