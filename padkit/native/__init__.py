@@ -36,13 +36,8 @@ import threading
 import warnings
 from typing import Any
 
-<<<<<<< HEAD
 from . import _build, _dispatch, _ops, _tune
-from ._build import BuildError
-=======
-from . import _build, _dispatch, _ops
 from ._build import BuildError, NotInstalled
->>>>>>> wt44
 from ._ops import NativeError
 
 __all__ = [
