@@ -156,7 +156,9 @@ class Hook:
         )
 
         def native(x: Tensor, w: Tensor, b: Tensor | None) -> Tensor:
-            return _ops.conv(x, w, b, s, d, pads, groups, transposed=transposed)
+            out = _ops.conv(x, w, b, s, d, pads, groups, transposed=transposed)
+            all_finite(out)  # what each call pays: the finite check of its output
+            return out
 
         return self._measured(key, (x, w, b), torch_run, native, training)
 
@@ -263,10 +265,14 @@ class Hook:
             if not use:
                 return None
         try:
-            return _ops.conv(x, w, b, s, d, pads, groups, transposed=transposed)
+            out = _ops.conv(x, w, b, s, d, pads, groups, transposed=transposed)
         except _ops.NativeError as err:
             self.fallbacks[f"{'conv_transpose' if transposed else 'conv'}: {err}"] += 1
             return None
+        # oneDNN's kernels are exact on finite values, but some (bfloat16 among them) put a
+        # NaN or an infinity of the input into other outputs than torch does: an output
+        # that is not all finite is computed again by torch's plan (one sum over the output)
+        return out if all_finite(out) else None
 
     def pool(
         self,
@@ -332,9 +338,12 @@ class Hook:
                     key = _pool_key(kind, x, k, s, d, pads, training)
 
                     def native(x: Tensor) -> Tensor:
-                        if kind == "max":  # what each call pays: the finite check
+                        if kind == "max":  # what each call pays: the finite checks
                             all_finite(x)
-                        return _ops.pool(kind, x, outs, k, s, d, pads)
+                        out = _ops.pool(kind, x, outs, k, s, d, pads)
+                        if kind != "max":
+                            all_finite(out)
+                        return out
 
                     use = self._measured(key, (x,), torch_run, native, training)
                 self._decided[memo] = use
@@ -345,10 +354,12 @@ class Hook:
             # (a window of -inf gives -3.4e38): torch's plan keeps IEEE semantics
             return None
         try:
-            return _ops.pool(kind, x, outs, k, s, d, pads)
+            out = _ops.pool(kind, x, outs, k, s, d, pads)
         except _ops.NativeError as err:
             self.fallbacks[f"pool: {err}"] += 1
             return None
+        # an average with a NaN or an infinity: torch's plan places it (as for convs)
+        return out if kind == "max" or all_finite(out) else None
 
     def pool_layer(
         self, layer: Any, op: str, plan: Plan, x: Tensor, torch_fn: FastFn | None = None
