@@ -9,7 +9,7 @@ these before they run, or of what they computed. Imports torch only, so that bot
 
 from __future__ import annotations
 
-import math
+import cmath
 
 import torch
 from torch import Tensor
@@ -52,6 +52,6 @@ def all_finite(x: Tensor) -> bool:
         return True
     if not values_visible(x):
         return False
-    # (a detached sum records no graph; a Python float is tested without a tensor op)
+    # (a detached sum records no graph; a Python number is tested without a tensor op)
     acc = torch.float32 if x.dtype in (torch.float16, torch.bfloat16) else None
-    return math.isfinite(abs(complex(x.detach().sum(dtype=acc).item())))
+    return cmath.isfinite(x.detach().sum(dtype=acc).item())

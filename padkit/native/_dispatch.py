@@ -212,20 +212,15 @@ class Hook:
             return None
         if (b is not None and type(b) not in _TYPES) or x.layout != torch.strided or x.is_nested:
             return None
+        training = torch.is_grad_enabled() and (
+            x.requires_grad or w.requires_grad or (b is not None and b.requires_grad)
+        )
         if self.force:
-            if not self._go(x, w, b):
-                return None
-            forced_training = torch.is_grad_enabled() and (
-                x.requires_grad or w.requires_grad or (b is not None and b.requires_grad)
-            )
-            if not _ops.conv_agrees(
-                x, w, b, s, d, pads, groups, transposed=transposed, training=forced_training
+            if not self._go(x, w, b) or not _ops.conv_agrees(
+                x, w, b, s, d, pads, groups, transposed=transposed, training=training
             ):
                 return None
         else:
-            training = torch.is_grad_enabled() and (
-                x.requires_grad or w.requires_grad or (b is not None and b.requires_grad)
-            )
             # everything the decision depends on, cheap to read: a hit costs one lookup
             memo = (
                 transposed,
@@ -296,14 +291,13 @@ class Hook:
             return None
         if _traced() or type(x) not in _TYPES or x.layout != torch.strided or x.is_nested:
             return None
+        training = torch.is_grad_enabled() and x.requires_grad
         if self.force:
-            if not self._pool_ok(k, s, d, pads, outs, x):
-                return None
-            grad = torch.is_grad_enabled() and x.requires_grad
-            if not _ops.pool_agrees(kind, x, outs, k, s, d, pads, training=grad):
+            if not self._pool_ok(k, s, d, pads, outs, x) or not _ops.pool_agrees(
+                kind, x, outs, k, s, d, pads, training=training
+            ):
                 return None
         else:
-            training = torch.is_grad_enabled() and x.requires_grad
             measure = self.tuner.measure and torch_run is not None
             memo = (
                 kind,

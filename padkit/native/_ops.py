@@ -22,6 +22,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from ._build import Library
+from ._tune import bucket
 
 __all__ = ["NativeError", "conv", "pool"]
 
@@ -491,9 +492,10 @@ def _conv_kernels(
 
 def _size_class(x: Tensor) -> tuple[Any, ...]:
     """What a kernel check generalises over: the batch and sizes rounded up to a power of
-    two, the channels, the layout and the dtype."""
-    pow2 = [1 if n <= 1 else 1 << (int(n) - 1).bit_length() for n in x.shape]
-    return (pow2[0], int(x.shape[1]), *pow2[2:], is_channels_last(x), x.dtype)
+    two (the tuner's :func:`~padkit.native._tune.bucket`), the channels, the layout and the
+    dtype."""
+    sizes = [bucket(int(n)) for n in x.shape[2:]]
+    return (bucket(int(x.shape[0])), int(x.shape[1]), *sizes, is_channels_last(x), x.dtype)
 
 
 #: answers of conv_agrees / pool_agrees by the call's facts
@@ -593,7 +595,7 @@ def conv_agrees(
         tuple(pads),
         groups,
         training,
-        _threads(),
+        torch.get_num_threads(),
         kernels,
     )
 
@@ -624,7 +626,7 @@ def pool_agrees(
     p[1] = 0
     kernels = _kernels(p, len(p), (0, 1) if training else (0,))
     key: tuple[Any, ...] = ("pool", alg, _size_class(x), tuple(k), tuple(s), tuple(d))
-    key += (tuple(pads), training, _threads(), kernels)
+    key += (tuple(pads), training, torch.get_num_threads(), kernels)
 
     def native_fn(x: Tensor) -> Tensor:
         return pool(kind, x, out_sizes, k, s, d, pads)
@@ -633,10 +635,6 @@ def pool_agrees(
         return _pool_reference(alg, x, out_sizes, k, s, d, pads)
 
     return _agree(key, (x,), native_fn, reference, training)
-
-
-def _threads() -> int:
-    return torch.get_num_threads()
 
 
 def pool_is_fast(
