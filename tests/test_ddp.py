@@ -147,35 +147,49 @@ def _mine(batches: list[torch.Tensor], rank: int) -> list[torch.Tensor]:
     return [b[rank * PER_RANK : (rank + 1) * PER_RANK] for b in batches]
 
 
-def _ddp_train_worker(rank: int, port: int, out_dir: str) -> None:
+def _ddp_train(
+    rank: int, port: int, out_dir: str, model: nn.Module, batches: list[torch.Tensor]
+) -> None:
+    """DDP training of ``model`` on this rank's share of ``batches``; saves the parameters."""
     _init(rank, port)
     try:
-        model = nn.parallel.DistributedDataParallel(build_model())
-        _train(model, _mine(step_batches(), rank))
-        torch.save(model.module.state_dict(), Path(out_dir) / f"params{rank}.pt")
+        ddp = nn.parallel.DistributedDataParallel(model)
+        _train(ddp, _mine(batches, rank))
+        torch.save(ddp.module.state_dict(), Path(out_dir) / f"params{rank}.pt")
     finally:
         dist.destroy_process_group()
 
 
-def _fsdp2_train_worker(rank: int, port: int, out_dir: str) -> None:
+def _fsdp2_train(
+    rank: int, port: int, out_dir: str, build: Any, batches: list[torch.Tensor]
+) -> None:
+    """FSDP2 training (each layer with parameters and the model sharded) of ``build()``."""
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
 
     _init(rank, port)
     try:
         mesh = init_device_mesh("cpu", (WORLD_SIZE,))
-        model = build_model()
+        model = build()
         for layer in model.children():
             if any(True for _ in layer.parameters()):
                 fully_shard(layer, mesh=mesh)
         fully_shard(model, mesh=mesh)
         # the parameters are sharded: each rank holds part of every weight
         assert all(type(p).__name__ == "DTensor" for p in model.parameters())
-        _train(model, _mine(step_batches(), rank))
+        _train(model, _mine(batches, rank))
         full = {k: v.full_tensor() for k, v in model.state_dict().items()}
         torch.save(full, Path(out_dir) / f"params{rank}.pt")
     finally:
         dist.destroy_process_group()
+
+
+def _ddp_train_worker(rank: int, port: int, out_dir: str) -> None:
+    _ddp_train(rank, port, out_dir, build_model(), step_batches())
+
+
+def _fsdp2_train_worker(rank: int, port: int, out_dir: str) -> None:
+    _fsdp2_train(rank, port, out_dir, build_model, step_batches())
 
 
 @pytest.mark.parametrize("worker", [_ddp_train_worker, _fsdp2_train_worker], ids=["ddp", "fsdp2"])
@@ -226,34 +240,13 @@ def _force_backend() -> bool:
 
 
 def _ddp_native_worker(rank: int, port: int, out_dir: str) -> None:
-    _init(rank, port)
-    try:
-        assert _force_backend()
-        model = nn.parallel.DistributedDataParallel(build_model32())
-        _train(model, _mine(step_batches32(), rank))
-        torch.save(model.module.state_dict(), Path(out_dir) / f"params{rank}.pt")
-    finally:
-        dist.destroy_process_group()
+    assert _force_backend()
+    _ddp_train(rank, port, out_dir, build_model32(), step_batches32())
 
 
 def _fsdp2_native_worker(rank: int, port: int, out_dir: str) -> None:
-    from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.fsdp import fully_shard
-
-    _init(rank, port)
-    try:
-        assert _force_backend()
-        mesh = init_device_mesh("cpu", (WORLD_SIZE,))
-        model = build_model32()
-        for layer in model.children():
-            if any(True for _ in layer.parameters()):
-                fully_shard(layer, mesh=mesh)
-        fully_shard(model, mesh=mesh)
-        _train(model, _mine(step_batches32(), rank))
-        full = {k: v.full_tensor() for k, v in model.state_dict().items()}
-        torch.save(full, Path(out_dir) / f"params{rank}.pt")
-    finally:
-        dist.destroy_process_group()
+    assert _force_backend()
+    _fsdp2_train(rank, port, out_dir, build_model32, step_batches32())
 
 
 def _native_training_matches(worker: Any, tmp_path: Path) -> None:

@@ -675,10 +675,9 @@ def test_time_pair_reports_a_stall_as_unsteady(monkeypatch: pytest.MonkeyPatch) 
     assert steady is True and n < t
 
 
-@requires_backend
-def test_measured_choice_is_recorded_and_exact(tmp_path: Path) -> None:
-    from padkit.native import _tune
-
+@pytest.fixture
+def measured_tuner(tmp_path: Path) -> Iterator[None]:
+    """The backend on, measuring, with an empty choices file of its own; as before after."""
     assert native.enable()
     tuner = _dispatch.HOOK.tuner
     before = (tuner.measure, tuner.path)
@@ -686,34 +685,7 @@ def test_measured_choice_is_recorded_and_exact(tmp_path: Path) -> None:
     tuner.attach(tmp_path, lib.isa, lib.runtime_version)
     native.set_tuning(True)
     try:
-        torch.manual_seed(1)
-        x = torch.randn(2, 8, 15, 14, requires_grad=True)
-        w = torch.randn(8, 8, 3, 3, requires_grad=True)
-        # a signature's first call runs on torch and measures nothing (a size seen once
-        # never pays for a measurement); the second measures and keeps the faster side
-        for call, training in enumerate((False, True, False, True)):
-            if call == 2:  # each signature has been seen once: nothing measured yet
-                assert native.info()["choices"] == []
-            with torch.set_grad_enabled(training):
-                out = PF.conv2d(x, w, None, 2, ((0, 1), (1, 2)))
-                pooled = PF.max_pool2d(x, 3, 2, ((0, 1), (1, 0)))
-            _close(out, F.conv2d(F.pad(x, [1, 2, 0, 1]), w, None, 2))
-            _close(pooled, F.max_pool2d(F.pad(x, [1, 0, 0, 1], value=float("-inf")), 3, 2))
-            if training:
-                gx, gw = torch.autograd.grad(out.sum(), (x, w))
-                ref = F.conv2d(F.pad(x, [1, 2, 0, 1]), w, None, 2).sum()
-                rx, rw = torch.autograd.grad(ref, (x, w))
-                _close(gx, rx)
-                _close(gw, rw)
-        rows = native.info()["choices"]
-        ops = {(row["op"].split()[0], "training" in row["op"]) for row in rows}
-        assert ops == {("conv", False), ("conv", True), ("max_pool", False), ("max_pool", True)}
-        for row in rows:
-            margin = _tune.MARGIN * row["torch_us"]
-            faster = "onednn" if row["onednn_us"] < margin else "torch"
-            assert row["runs"] == faster, row
-        # the caller's tensors kept no gradient from the timing runs
-        assert x.grad is None and w.grad is None
+        yield
     finally:
         tuner.measure = before[0]
         tuner.path = before[1]
@@ -721,6 +693,41 @@ def test_measured_choice_is_recorded_and_exact(tmp_path: Path) -> None:
         tuner.timings.clear()
         tuner._loaded = False
         native.disable()
+
+
+@requires_backend
+@pytest.mark.usefixtures("measured_tuner")
+def test_measured_choice_is_recorded_and_exact() -> None:
+    from padkit.native import _tune
+
+    torch.manual_seed(1)
+    x = torch.randn(2, 8, 15, 14, requires_grad=True)
+    w = torch.randn(8, 8, 3, 3, requires_grad=True)
+    # a signature's first call runs on torch and measures nothing (a size seen once
+    # never pays for a measurement); the second measures and keeps the faster side
+    for call, training in enumerate((False, True, False, True)):
+        if call == 2:  # each signature has been seen once: nothing measured yet
+            assert native.info()["choices"] == []
+        with torch.set_grad_enabled(training):
+            out = PF.conv2d(x, w, None, 2, ((0, 1), (1, 2)))
+            pooled = PF.max_pool2d(x, 3, 2, ((0, 1), (1, 0)))
+        _close(out, F.conv2d(F.pad(x, [1, 2, 0, 1]), w, None, 2))
+        _close(pooled, F.max_pool2d(F.pad(x, [1, 0, 0, 1], value=float("-inf")), 3, 2))
+        if training:
+            gx, gw = torch.autograd.grad(out.sum(), (x, w))
+            ref = F.conv2d(F.pad(x, [1, 2, 0, 1]), w, None, 2).sum()
+            rx, rw = torch.autograd.grad(ref, (x, w))
+            _close(gx, rx)
+            _close(gw, rw)
+    rows = native.info()["choices"]
+    ops = {(row["op"].split()[0], "training" in row["op"]) for row in rows}
+    assert ops == {("conv", False), ("conv", True), ("max_pool", False), ("max_pool", True)}
+    for row in rows:
+        margin = _tune.MARGIN * row["torch_us"]
+        faster = "onednn" if row["onednn_us"] < margin else "torch"
+        assert row["runs"] == faster, row
+    # the caller's tensors kept no gradient from the timing runs
+    assert x.grad is None and w.grad is None
 
 
 @requires_backend
@@ -837,42 +844,29 @@ def test_choices_are_bounded_oldest_first(tmp_path: Path, monkeypatch: pytest.Mo
 
 
 @requires_backend
-def test_a_size_seen_once_measures_nothing(tmp_path: Path) -> None:
+@pytest.mark.usefixtures("measured_tuner")
+def test_a_size_seen_once_measures_nothing() -> None:
     """Variable-size inputs (every size new) run on torch's plan on their first call and
     never wait for a measurement; a size met again is decided then."""
-    assert native.enable()
-    tuner = _dispatch.HOOK.tuner
-    before = (tuner.measure, tuner.path)
-    lib = native.load()
-    tuner.attach(tmp_path, lib.isa, lib.runtime_version)
-    native.set_tuning(True)
-    try:
-        conv = pnn.Conv2d(4, 8, 3, stride=2, padding="same")
+    conv = pnn.Conv2d(4, 8, 3, stride=2, padding="same")
 
-        def ref(x: Tensor) -> Tensor:  # TF 'same', k3 s2: total max(2 - (n - 1) % 2, 0)
-            pads = []
-            for n in reversed(x.shape[2:]):
-                total = max((-(-n // 2) - 1) * 2 + 3 - n, 0)
-                pads += [total // 2, total - total // 2]
-            return F.conv2d(F.pad(x, pads), conv.weight, conv.bias, 2)
+    def ref(x: Tensor) -> Tensor:  # TF 'same', k3 s2: total max(2 - (n - 1) % 2, 0)
+        pads = []
+        for n in reversed(x.shape[2:]):
+            total = max((-(-n // 2) - 1) * 2 + 3 - n, 0)
+            pads += [total // 2, total - total // 2]
+        return F.conv2d(F.pad(x, pads), conv.weight, conv.bias, 2)
 
-        seen = _dispatch.HOOK.seen
-        with torch.no_grad():
-            for n in range(20, 26):
-                x = torch.randn(1, 4, n, n + 1)
-                _close(conv(x), ref(x))
-            assert native.info()["choices"] == []
-            assert _dispatch.HOOK.seen == seen + 6
-            x = torch.randn(1, 4, 21, 22)
+    seen = _dispatch.HOOK.seen
+    with torch.no_grad():
+        for n in range(20, 26):
+            x = torch.randn(1, 4, n, n + 1)
             _close(conv(x), ref(x))
-        assert len(native.info()["choices"]) == 1
-    finally:
-        tuner.measure = before[0]
-        tuner.path = before[1]
-        tuner.choices.clear()
-        tuner.timings.clear()
-        tuner._loaded = False
-        native.disable()
+        assert native.info()["choices"] == []
+        assert _dispatch.HOOK.seen == seen + 6
+        x = torch.randn(1, 4, 21, 22)
+        _close(conv(x), ref(x))
+    assert len(native.info()["choices"]) == 1
 
 
 # ----------------------------------------------------------------------------- first use
