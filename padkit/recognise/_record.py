@@ -1,0 +1,416 @@
+"""The record of what a model computes for one input, written in one pass.
+
+:func:`record` runs a model once under module forward hooks and one
+:class:`~torch.overrides.TorchFunctionMode`. It writes a :class:`Record`: every module call
+(path, class, input and output shapes and tensors, the enclosing call) and every torch
+function called on the way, each tagged with the module call whose own code made it and its
+ordinal among that code's calls of the same name (the key :func:`padkit.surgery._probe.rewired`
+uses to replace a call). Calls are read into typed facts by what they do to the tensor:
+
+* :class:`Pad`: ``F.pad`` in any mode (pad modules call it too, subclasses included), and
+  ``torch.cat`` of one tensor with constant pieces (zeros or any one value) or with a
+  registered buffer (state), along one axis;
+* :class:`Crop`: a slice (``x[..., a:b]``, ``narrow``) that keeps a contiguous run of one
+  axis, the other axes whole;
+* :class:`AxisMove`: ``transpose``/``permute``/``movedim`` (the permutation);
+* a conv or pool: an :class:`~padkit.op.Op`, from a functional call (``call_op``) or a
+  module (``module_op``).
+
+Which call reads which tensor is kept by tensor identity (the record holds every tensor it
+saw, so identities are not reused), which links a pad to the conv that reads it through any
+number of wrapper levels: a module that passes a tensor on does not make a new one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+from torch.nn.modules import module as _module_mod
+from torch.overrides import TorchFunctionMode
+
+from ..op import Op
+from ._calls import base_name, call_op, call_pad, module_op
+
+__all__ = ["AxisMove", "Call", "Crop", "ModuleCall", "Pad", "Record", "failing_module", "record"]
+
+_CROP_NAMES = ("getitem", "narrow", "slice")
+_CAT_NAMES = ("cat", "concat", "concatenate")
+_MOVE_NAMES = ("transpose", "swapaxes", "swapdims", "permute", "movedim", "moveaxis")
+#: calls that read a tensor's values without returning a tensor
+_VALUE_READS = ("equal", "allclose", "item", "tolist", "any", "all")
+
+
+@dataclass(frozen=True)
+class Pad:
+    """A tensor padded: ``pairs[d] = (lo, hi)`` per dim of the source (0 for unpadded dims),
+    ``mode`` one of ``constant``, ``reflect``, ``replicate``, ``circular`` or ``state`` (a
+    ``torch.cat`` with a buffer that is not constant), ``value`` the constant fill.
+    ``form`` is ``'pad'`` (a pad call) or ``'cat'``; ``piece`` the source's index among the
+    concatenated tensors."""
+
+    source: int
+    pairs: tuple[tuple[int, int], ...]
+    mode: str
+    value: float
+    form: str = "pad"
+    piece: int = 0
+    state: str = ""
+
+    def padded_dims(self) -> list[int]:
+        return [d for d, p in enumerate(self.pairs) if p != (0, 0)]
+
+
+@dataclass(frozen=True)
+class Crop:
+    """A contiguous run of one dim kept: ``lo`` elements dropped before, ``hi`` after."""
+
+    source: int
+    dim: int
+    lo: int
+    hi: int
+
+
+@dataclass(frozen=True)
+class AxisMove:
+    """A permutation of dims (``out.dim(i)`` is ``source.dim(perm[i])``), None when the call's
+    arguments were not read."""
+
+    source: int
+    perm: tuple[int, ...] | None
+
+
+@dataclass
+class ModuleCall:
+    """One module call: ``path`` in the model (``''`` the root, ``'?'`` a module outside it),
+    its class, ``parent`` (the enclosing module call's index), its tensors (positional inputs,
+    flattened outputs) by identity and their shapes."""
+
+    index: int
+    path: str
+    cls: str
+    parent: int | None
+    inputs: tuple[int, ...]
+    in_shapes: tuple[tuple[int, ...], ...]
+    outputs: tuple[int, ...] = ()
+    out_shapes: tuple[tuple[int, ...], ...] = ()
+    op: Op | None = None
+    module: nn.Module | None = field(default=None, repr=False, compare=False)
+
+
+@dataclass
+class Call:
+    """One torch function call: its base name (``'pad'``, ``'conv1d'``, ``'getitem'``...),
+    ``owner`` (the module call whose own code made it, None outside every module),
+    ``ordinal`` (that name's count in the owner call's own code), the tensors it read and
+    made by identity, and what it is: ``op``, ``pad``, ``crop`` or ``move``."""
+
+    index: int
+    name: str
+    owner: int | None
+    ordinal: int
+    reads: tuple[int, ...]
+    makes: tuple[int, ...]
+    op: Op | None = None
+    pad: Pad | None = None
+    crop: Crop | None = None
+    move: AxisMove | None = None
+
+
+@dataclass
+class Record:
+    """What a model computed for one input (see the module docstring). ``inputs`` and
+    ``output`` are the call's arguments and result; ``length`` the input's time size when
+    the record comes from :func:`padkit.recognise.probe`."""
+
+    modules: list[ModuleCall] = field(default_factory=list)
+    calls: list[Call] = field(default_factory=list)
+    inputs: tuple[Any, ...] = ()
+    output: Any = None
+    length: int | None = None
+    _tensors: dict[int, Tensor] = field(default_factory=dict, repr=False)
+    _producer: dict[int, int] = field(default_factory=dict, repr=False)
+    _readers: dict[int, list[int]] = field(default_factory=dict, repr=False)
+
+    def tensor(self, tid: int) -> Tensor:
+        """The tensor with identity ``tid`` seen during the run."""
+        return self._tensors[tid]
+
+    def producer(self, tid: int) -> Call | None:
+        """The torch call that made tensor ``tid`` (None for inputs, parameters, buffers)."""
+        i = self._producer.get(tid)
+        return None if i is None else self.calls[i]
+
+    def readers(self, tid: int) -> list[Call]:
+        """The torch calls that read tensor ``tid``'s values."""
+        return [self.calls[i] for i in self._readers.get(tid, [])]
+
+    def within(self, call: int | None, ancestor: int) -> bool:
+        """Whether module call ``call`` is ``ancestor`` or runs inside it."""
+        while call is not None:
+            if call == ancestor:
+                return True
+            call = self.modules[call].parent
+        return False
+
+    def module_calls(self, path: str) -> list[ModuleCall]:
+        return [m for m in self.modules if m.path == path]
+
+    def own_calls(self, owner: int, name: str | None = None) -> Iterator[Call]:
+        """The calls module call ``owner``'s own code made (of ``name``)."""
+        for c in self.calls:
+            if c.owner == owner and (name is None or c.name == name):
+                yield c
+
+    @property
+    def pads(self) -> list[Call]:
+        return [c for c in self.calls if c.pad is not None]
+
+    @property
+    def crops(self) -> list[Call]:
+        return [c for c in self.calls if c.crop is not None]
+
+
+def _flat(value: Any) -> list[Tensor]:
+    if isinstance(value, Tensor):
+        return [value]
+    if isinstance(value, (list, tuple)):
+        return [t for v in value for t in _flat(v)]
+    if isinstance(value, dict):
+        return [t for v in value.values() for t in _flat(v)]
+    return []
+
+
+def _constant(t: Tensor) -> float | None:
+    """The one value every element of ``t`` holds, or None."""
+    if t.numel() == 0 or t.is_complex():
+        return None
+    first = t.reshape(-1)[0]
+    if not bool(torch.all(t == first)):
+        return None
+    return float(first)
+
+
+def _read_crop(x: Tensor, y: Tensor) -> tuple[int, int, int] | None:
+    """``(dim, lo, hi)`` when ``y`` is a view of ``x`` keeping a contiguous run of one dim."""
+    if x.dim() != y.dim() or x.dim() == 0 or x.is_sparse or y.is_sparse:
+        return None
+    dims = [d for d in range(x.dim()) if x.shape[d] != y.shape[d]]
+    if len(dims) != 1:
+        return None
+    (d,) = dims
+    try:
+        same = x.untyped_storage().data_ptr() == y.untyped_storage().data_ptr()
+    except (RuntimeError, NotImplementedError):
+        return None
+    if not same or y.stride() != x.stride() or x.stride(d) <= 0:
+        return None
+    off = y.storage_offset() - x.storage_offset()
+    if off % x.stride(d):
+        return None
+    lo = off // x.stride(d)
+    hi = int(x.shape[d]) - lo - int(y.shape[d])
+    if lo < 0 or hi < 0:
+        return None
+    return d, lo, hi
+
+
+def _read_move(name: str, x: Tensor, args: tuple[Any, ...]) -> tuple[int, ...] | None:
+    n = x.dim()
+    try:
+        if name in ("transpose", "swapaxes", "swapdims"):
+            a, b = int(args[1]) % n, int(args[2]) % n
+            perm = list(range(n))
+            perm[a], perm[b] = perm[b], perm[a]
+            return tuple(perm)
+        if name == "permute":
+            dims = args[1:] if not isinstance(args[1], (list, tuple)) else args[1]
+            return tuple(int(d) % n for d in dims)
+    except (IndexError, TypeError, ValueError):
+        return None
+    return None
+
+
+class _Recorder(TorchFunctionMode):
+    def __init__(self, rec: Record, stack: list[int], buffers: dict[int, str]) -> None:
+        super().__init__()
+        self.rec = rec
+        self.stack = stack
+        self.buffers = buffers
+        self.counts: dict[tuple[int | None, str], int] = {}
+        self.quiet = 0
+
+    def keep(self, t: Tensor) -> int:
+        self.rec._tensors.setdefault(id(t), t)
+        return id(t)
+
+    def __torch_function__(
+        self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: Any = None
+    ) -> Any:
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        if self.quiet:
+            return out
+        name = base_name(func)
+        owner = self.stack[-1] if self.stack else None
+        key = (owner, name)
+        ordinal = self.counts.get(key, 0)
+        self.counts[key] = ordinal + 1
+        made = _flat(out)
+        if not made and name not in _VALUE_READS:
+            return out
+        read = _flat(list(args)) + _flat(list(kwargs.values()))
+        rec = self.rec
+        call = Call(
+            len(rec.calls),
+            name,
+            owner,
+            ordinal,
+            tuple(self.keep(t) for t in read),
+            tuple(self.keep(t) for t in made),
+        )
+        # a fact that cannot be read is no fact; the call stands
+        with contextlib.suppress(Exception):
+            self._facts(call, func, name, args, kwargs, out)
+        rec.calls.append(call)
+        for t in read:
+            rec._readers.setdefault(id(t), []).append(call.index)
+        for t in made:
+            rec._producer.setdefault(id(t), call.index)
+        return out
+
+    def _facts(self, call: Call, func: Any, name: str, args: Any, kwargs: Any, out: Any) -> None:
+        x = args[0] if args else None
+        if name in ("pad", "constant_pad_nd") and isinstance(x, Tensor):
+            pc = call_pad(func, args, kwargs)
+            if pc is not None and all(a >= 0 and b >= 0 for a, b in pc.pairs):
+                pairs = [(0, 0)] * (x.dim() - len(pc.pairs)) + list(pc.pairs)
+                if any(p != (0, 0) for p in pairs):
+                    mode = pc.mode
+                    call.pad = Pad(id(x), tuple(pairs), mode, pc.value)
+        elif name in _CAT_NAMES and isinstance(x, (list, tuple)) and isinstance(out, Tensor):
+            call.pad = self._cat(x, args, kwargs, out)
+        elif name in _CROP_NAMES and isinstance(x, Tensor) and isinstance(out, Tensor):
+            found = _read_crop(x, out)
+            if found is not None and (found[1] or found[2]):
+                call.crop = Crop(id(x), *found)
+        elif name in _MOVE_NAMES and isinstance(x, Tensor):
+            call.move = AxisMove(id(x), _read_move(name, x, args))
+        else:
+            call.op = call_op(func, args, kwargs)
+
+    def _cat(self, pieces: Any, args: Any, kwargs: Any, out: Tensor) -> Pad | None:
+        dim = args[1] if len(args) > 1 else kwargs.get("dim", kwargs.get("axis", 0))
+        ts = [p for p in pieces if isinstance(p, Tensor)]
+        if len(ts) != len(pieces) or len(ts) < 2 or not isinstance(dim, int):
+            return None
+        dim %= out.dim()
+        main: int | None = None
+        value: float | None = None
+        state = ""
+        for i, t in enumerate(ts):
+            if t.numel() == 0:
+                continue
+            c = _constant(t)
+            if c is not None and (value is None or c == value):
+                value = c
+                continue
+            if id(t) in self.buffers and not state:
+                state = self.buffers[id(t)]
+                continue
+            if main is not None:
+                return None
+            main = i
+        if main is None:
+            return None
+        before = sum(int(t.shape[dim]) for t in ts[:main])
+        after = sum(int(t.shape[dim]) for t in ts[main + 1 :])
+        if before == 0 and after == 0:
+            return None
+        pairs = [(0, 0)] * out.dim()
+        pairs[dim] = (before, after)
+        if state:
+            return Pad(id(ts[main]), tuple(pairs), "state", 0.0, "cat", main, state)
+        return Pad(id(ts[main]), tuple(pairs), "constant", float(value or 0.0), "cat", main)
+
+
+def record(model: nn.Module, *inputs: Any, **kwargs: Any) -> Record:
+    """Run ``model(*inputs, **kwargs)`` once (without gradients, in the model's current mode)
+    and return the :class:`Record` of what it computed. The model runs as it is: run it on a
+    copy (:func:`padkit.recognise.probe` does) where its buffers must not change.
+
+    An exception from the model propagates; :func:`failing_module` names the module
+    call that raised it.
+    """
+    rec = Record()
+    paths: dict[int, str] = {}
+    buffers: dict[int, str] = {}
+    for path, m in model.named_modules(remove_duplicate=False):
+        paths.setdefault(id(m), path)
+    for bname, b in model.named_buffers(remove_duplicate=False):
+        buffers.setdefault(id(b), bname)
+    stack: list[int] = []
+    mode = _Recorder(rec, stack, buffers)
+
+    def pre(m: nn.Module, args: Any) -> None:
+        mode.quiet += 1
+        try:
+            ins = [t for t in _flat(list(args))]
+            call = ModuleCall(
+                len(rec.modules),
+                paths.get(id(m), "?"),
+                type(m).__name__,
+                stack[-1] if stack else None,
+                tuple(mode.keep(t) for t in ins),
+                tuple(tuple(t.shape) for t in ins),
+                module=m,
+            )
+            rec.modules.append(call)
+            stack.append(call.index)
+        finally:
+            mode.quiet -= 1
+
+    def post(m: nn.Module, args: Any, out: Any) -> None:
+        mode.quiet += 1
+        try:
+            if not stack or rec.modules[stack[-1]].module is not m:
+                return
+            call = rec.modules[stack.pop()]
+            outs = _flat(out)
+            call.outputs = tuple(mode.keep(t) for t in outs)
+            call.out_shapes = tuple(tuple(t.shape) for t in outs)
+            call.op = module_op(m)
+        finally:
+            mode.quiet -= 1
+
+    handles = [
+        _module_mod.register_module_forward_pre_hook(pre),
+        _module_mod.register_module_forward_hook(post),
+    ]
+    rec.inputs = tuple(inputs)
+    for t in _flat(list(inputs)):
+        mode.keep(t)
+    try:
+        with torch.no_grad(), mode:
+            out = model(*inputs, **kwargs)
+    except Exception as err:
+        # the innermost module still running is the one that raised
+        err.__dict__["_padkit_failed"] = rec.modules[stack[-1]] if stack else None
+        raise
+    finally:
+        for h in handles:
+            h.remove()
+    rec.output = out
+    for t in _flat(out):
+        mode.keep(t)
+    return rec
+
+
+def failing_module(err: BaseException) -> ModuleCall | None:
+    """The innermost module call that was running when :func:`record`'s model raised ``err``."""
+    found = getattr(err, "__dict__", {}).get("_padkit_failed")
+    return found if isinstance(found, ModuleCall) else None
