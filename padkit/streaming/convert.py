@@ -36,7 +36,6 @@ also feeds other computation are not rewritten; such a model still fails
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -45,11 +44,12 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.nn.utils import parametrize
-from torch.overrides import TorchFunctionMode
 
 from .. import nn as pnn
-from ..spec import PaddingError, _tuple_of
+from ..recognise import ModuleCall, ProbeError, Record, model_copy, padding_pairs, probe
+from ..spec import PaddingError
 from ..surgery._common import Change, Skip, SurgeryError, SurgeryReport
+from ..surgery._probe import Dispatch, rewired
 from ._wrappers import find_wrapper, unpadded_class
 
 __all__ = ["ConvertedConv1d", "ConvertedConv2d", "ConvertedConv3d", "convert_causal"]
@@ -141,23 +141,10 @@ def _nd(conv: nn.Module) -> int:
 
 def _native_pairs(conv: Any, nd: int) -> Pairs:
     """The (lo, hi) pads of a torch conv's ``padding`` attribute (padkit's resolved)."""
-    if isinstance(conv, (pnn.Conv1d, pnn.Conv2d, pnn.Conv3d)):
-        spec = conv.pad_spec
-        if not spec.is_explicit:
-            raise SurgeryError("pads that depend on the input size")
-        k = _tuple_of(conv.kernel_size, nd, "kernel_size")
-        s = _tuple_of(conv.stride, nd, "stride")
-        d = _tuple_of(conv.dilation, nd, "dilation")
-        return list(spec.resolve(k, s, d))
-    p = conv.padding
-    if isinstance(p, str):
-        if p == "valid":
-            return [(0, 0)] * nd
-        k = _tuple_of(conv.kernel_size, nd, "kernel_size")
-        d = _tuple_of(conv.dilation, nd, "dilation")
-        tot = [dd * (kk - 1) for kk, dd in zip(k, d)]
-        return [(t // 2, t - t // 2) for t in tot]
-    return [(v, v) for v in _tuple_of(p, nd, "padding", minimum=0)]
+    try:
+        return padding_pairs(conv, nd)
+    except PaddingError as err:
+        raise SurgeryError("pads that depend on the input size") from err
 
 
 def _is_plain_forward(conv: nn.Module) -> bool:
@@ -216,8 +203,11 @@ def _transfer(old: nn.Module, new: nn.Module) -> None:
     new.train(old.training)
 
 
-def _build(old: Any, nd: int, pairs: Pairs, cls: type[nn.Module]) -> nn.Module:
-    mode = old.padding_mode if any(p != (0, 0) for p in _native_pairs(old, nd)) else "zeros"
+def _build(
+    old: Any, nd: int, pairs: Pairs, cls: type[nn.Module], mode: str | None = None
+) -> nn.Module:
+    if mode is None:
+        mode = old.padding_mode if any(p != (0, 0) for p in _native_pairs(old, nd)) else "zeros"
     weight = old.weight
     new = cls(
         old.in_channels,
@@ -244,7 +234,9 @@ def _brief(m: Any) -> str:
             pads: Any = tuple(_native_pairs(m, nd))
         except SurgeryError:
             pads = m.pad_spec
-        return f"{name} k={tuple(m.kernel_size)} s={tuple(m.stride)} pads={pads}"
+        mode = m.padding_mode
+        tail = f" mode={mode!r}" if mode != "zeros" else ""
+        return f"{name} k={tuple(m.kernel_size)} s={tuple(m.stride)} pads={pads}{tail}"
     return name
 
 
@@ -254,55 +246,15 @@ def _brief(m: Any) -> str:
 class _Call:
     __slots__ = ("inp", "module", "out")
 
-    def __init__(self, module: nn.Module, inp: Any, out: Any) -> None:
+    def __init__(self, module: str, inp: Any, out: Any) -> None:
         self.module, self.inp, self.out = module, inp, out
 
 
-class _PadCalls(TorchFunctionMode):
-    """Records which module's ``forward`` called ``F.pad``, and each call's output."""
-
-    def __init__(self, stack: list[nn.Module]) -> None:
-        super().__init__()
-        self.stack = stack
-        self.outputs: dict[int, tuple[nn.Module, Tensor]] = {}
-
-    def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
-        out = func(*args, **(kwargs or {}))
-        if func is F.pad and self.stack and isinstance(out, Tensor):
-            self.outputs[id(out)] = (self.stack[-1], out)
-        return out
-
-
-def _probe(model: nn.Module, x: Tensor) -> tuple[Any, list[_Call], set[int]]:
-    """Run ``model`` on ``x``: every module call, and the modules whose ``forward`` called
-    ``F.pad`` on a tensor that a conv then received."""
-    calls: list[_Call] = []
-    stack: list[nn.Module] = []
-
-    def pre(mod: nn.Module, args: tuple[Any, ...]) -> None:
-        stack.append(mod)
-
-    def hook(mod: nn.Module, args: tuple[Any, ...], out: Any) -> None:
-        if stack and stack[-1] is mod:
-            stack.pop()
-        calls.append(_Call(mod, args[0] if args else None, out))
-
-    handles = [m.register_forward_pre_hook(pre) for m in model.modules()]
-    handles += [m.register_forward_hook(hook) for m in model.modules()]
-    mode = _PadCalls(stack)
-    try:
-        with torch.no_grad(), mode:
-            y = model(x)
-    finally:
-        for h in handles:
-            h.remove()
-    inline: set[int] = set()
-    for c in calls:
-        if isinstance(c.module, _TORCH_CONVS) and isinstance(c.inp, Tensor):
-            hit = mode.outputs.get(id(c.inp))
-            if hit is not None and hit[1] is c.inp and hit[0] is not c.module:
-                inline.add(id(hit[0]))
-    return y, calls, inline
+def _module_call(rec: Record, mc: ModuleCall) -> _Call:
+    """One module call of a record as ``(module path, input, output)`` tensors."""
+    inp = rec.tensor(mc.inputs[0]) if mc.inputs else None
+    out = rec.tensor(mc.outputs[0]) if len(mc.outputs) == 1 else None
+    return _Call(mc.path, inp, out)
 
 
 @contextmanager
@@ -387,68 +339,6 @@ def _solve_self_padding(
     return next(iter(candidates))
 
 
-def _pad_module_pads(
-    m: nn.Module, calls: list[_Call], ti: int, nd_in: int, tol: float
-) -> Pairs | None:
-    """Per spatial axis (of an ``nd_in``-d input) the zero pads ``m`` adds, or None."""
-    if isinstance(m, _ZERO_PADS):
-        if float(getattr(m, "value", 0.0)) != 0.0:
-            return None
-        pad_attr: Any = m.padding
-        flat = list(pad_attr)
-        pairs = [(0, 0)] * nd_in
-        for j in range(len(flat) // 2):
-            pairs[nd_in - 1 - j] = (int(flat[2 * j]), int(flat[2 * j + 1]))
-        return pairs
-    if any(True for _ in m.parameters()):
-        return None
-    found: set[tuple[int, int]] | None = None
-    for c in calls:
-        x, y = c.inp, c.out
-        if not isinstance(x, Tensor) or not isinstance(y, Tensor) or x.dim() != y.dim():
-            return None
-        td = 2 + ti
-        if x.shape[:td] != y.shape[:td] or x.shape[td + 1 :] != y.shape[td + 1 :]:
-            return None
-        total = int(y.shape[td]) - int(x.shape[td])
-        if total <= 0:
-            return None
-        ok = set()
-        for lo in range(total + 1):
-            pads = [0, 0] * (x.dim() - 2)
-            j = 2 * (x.dim() - 3 - ti)
-            pads[j], pads[j + 1] = lo, total - lo
-            if bool(torch.allclose(F.pad(x, pads), y, rtol=tol, atol=tol)):
-                ok.add((lo, total - lo))
-        found = ok if found is None else found & ok
-    if not found or len(found) != 1:
-        return None
-    pairs = [(0, 0)] * nd_in
-    pairs[ti] = next(iter(found))
-    return pairs
-
-
-def _end_crop(m: nn.Module, calls: list[_Call], ti: int) -> int | None:
-    """The number of samples ``m`` crops from the end of the time axis, or None."""
-    if any(True for _ in m.parameters()) or not calls:
-        return None
-    crop: int | None = None
-    for c in calls:
-        x, y = c.inp, c.out
-        if not isinstance(x, Tensor) or not isinstance(y, Tensor) or x.dim() != y.dim():
-            return None
-        td = 2 + ti
-        if x.shape[:td] != y.shape[:td] or x.shape[td + 1 :] != y.shape[td + 1 :]:
-            return None
-        c_here = int(x.shape[td]) - int(y.shape[td])
-        if c_here <= 0 or (crop is not None and c_here != crop):
-            return None
-        if not torch.equal(x.narrow(td, 0, int(y.shape[td])), y):
-            return None
-        crop = c_here
-    return crop
-
-
 # ----------------------------------------------------------------------------- convert
 
 
@@ -506,15 +396,7 @@ def convert_causal(
     if isinstance(axis, bool) or not isinstance(axis, int):
         raise TypeError(f"{fname}(): axis must be an int, got {axis!r}")
     report = SurgeryReport("convert_causal")
-    # old-style weight norm keeps the computed weight as a plain (non-leaf) attribute, which
-    # deepcopy refuses: copy it detached (the hook recomputes it anyway)
-    memo: dict[int, Any] = {}
-    for m in model.modules():
-        for _, hook in _old_weight_norm_hooks(m):
-            w = m.__dict__.get(hook.name)
-            if isinstance(w, Tensor):
-                memo[id(w)] = w.detach().clone()
-    net = copy.deepcopy(model, memo)
+    net = model_copy(model)
     paths: dict[int, list[str]] = {}
     for path, m in net.named_modules(remove_duplicate=False):
         paths.setdefault(id(m), []).append(path)
@@ -530,7 +412,7 @@ def convert_causal(
 
     # old-style weight norm first: the probes then see the parametrized weights
     for m in list(net.modules()):
-        if isinstance(m, _TORCH_CONVS) and _modernise_weight_norm(m):
+        if isinstance(m, _TORCH_CONVS + _TORCH_CONVTS) and _modernise_weight_norm(m):
             report.changes.append(
                 Change(
                     name(m),
@@ -540,7 +422,6 @@ def convert_causal(
                     detail="same g and v",
                 )
             )
-    gen = torch.Generator(device="cpu").manual_seed(0)
     in_axis = axis if input_axis is None else input_axis
     dim_t = in_axis if in_axis >= 0 else example.dim() + in_axis
     if not 1 <= dim_t < example.dim():
@@ -548,39 +429,20 @@ def convert_causal(
             f"{fname}(): input_axis={in_axis} is not a time axis of the example of shape "
             f"{tuple(example.shape)}"
         )
-    shapes = [list(example.shape), list(example.shape)]
-    shapes[1][dim_t] += 5
-    probes = [
-        torch.randn(sh, generator=gen, dtype=torch.float64).to(example.dtype).to(example.device)
-        for sh in shapes
-    ]
-    with _eval(model), torch.no_grad():
-        want = [model(p) for p in probes]
-    with _eval(net):
-        runs = [_probe(net, p) for p in probes]
-    traces = [r[1] for r in runs]
-    inline_pads: set[int] = set().union(*(r[2] for r in runs))
+    try:
+        recs = probe(net, example, dim=dim_t, count=2, where=fname)
+    except ProbeError as err:
+        raise SurgeryError(str(err)) from None
+    probes = [r.inputs[0] for r in recs]
+    want = [r.output for r in recs]
+    by_module: dict[str, list[_Call]] = {}
+    for rec in recs:
+        for mc in rec.modules:
+            by_module.setdefault(mc.path, []).append(_module_call(rec, mc))
 
-    by_module: dict[int, list[_Call]] = {}
-    producer: dict[int, nn.Module] = {}
-    readers: dict[int, list[nn.Module]] = {}  # by id of a produced tensor
-    for calls in traces:
-        for c in calls:
-            by_module.setdefault(id(c.module), []).append(c)
-            for t in _tensors(c.out):
-                producer.setdefault(id(t), c.module)  # inner modules' hooks fire first
-        for c in calls:
-            if isinstance(c.inp, Tensor) and id(c.inp) in producer:
-                src = producer[id(c.inp)]
-                if src is not c.module and not _contains(c.module, src):
-                    readers.setdefault(id(c.inp), []).append(c.module)
-    consumers: dict[int, list[nn.Module]] = {}
-    for tid, mods in readers.items():
-        # a container and the layer inside it that reads the tensor first: keep the layer
-        inner = [m for m in mods if not any(o is not m and _contains(m, o) for o in mods)]
-        src = producer[tid]
-        known = consumers.setdefault(id(src), [])
-        known.extend(m for m in inner if all(m is not k for k in known))
+    def calls_of(m: nn.Module) -> list[_Call]:
+        return by_module.get(paths.get(id(m), ["?"])[0], [])
+
     tol = max(atol, 1e-6)
     done: set[int] = set()
 
@@ -594,9 +456,7 @@ def convert_causal(
         if isinstance(m, _TORCH_CONVS + _TORCH_CONVTS) or len(kids) != 1:
             continue
         nd_w = len(getattr(kids[0], "kernel_size", ()))
-        found = find_wrapper(
-            m, by_module.get(id(m), []), by_module.get(id(kids[0]), []), time_index(nd_w)
-        )
+        found = find_wrapper(m, calls_of(m), calls_of(kids[0]), time_index(nd_w))
         if found is None:
             continue
         if isinstance(found, str):
@@ -616,11 +476,11 @@ def convert_causal(
 
     # (a) conv subclasses that pad themselves
     for m in list(net.modules()):
-        if not isinstance(m, _TORCH_CONVS) or _is_plain_forward(m):
+        if not isinstance(m, _TORCH_CONVS) or _is_plain_forward(m) or id(m) in done:
             continue
         nd = _nd(m)
         ti = time_index(nd)
-        calls = by_module.get(id(m), [])
+        calls = calls_of(m)
         if ti < 0 or len(calls) < 2:
             report.skipped.append(Skip(name(m), "not called once per probe on its time axis"))
             continue
@@ -646,194 +506,422 @@ def convert_causal(
             )
         )
 
-    # (b) pad modules feeding convs
-    new_pairs: dict[int, Pairs] = {}
-    convs: dict[int, nn.Module] = {}
-    removed: list[tuple[nn.Module, str]] = []
-    for m in list(net.modules()):
-        outs = consumers.get(id(m), [])
-        if id(m) in done or isinstance(m, _TORCH_CONVS) or not outs:
-            continue
-        if not all(isinstance(cv, _TORCH_CONVS) and _is_plain_forward(cv) for cv in outs):
-            continue
-        nd = _nd(outs[0])
-        ti = time_index(nd)
-        if ti < 0 or any(_nd(cv) != nd for cv in outs):
-            continue
-        pp = _pad_module_pads(m, by_module.get(id(m), []), ti, nd, tol)
-        if pp is None:
-            continue
-        why = ""
-        for cv in outs:
-            try:
-                base = new_pairs.get(id(cv)) or _native_pairs(cv, nd)
-            except SurgeryError as err:
-                why = f"it feeds {name(cv)}, which has {err}"
-                break
-            if getattr(cv, "padding_mode", "zeros") != "zeros" and any(p != (0, 0) for p in base):
-                why = f"it feeds {name(cv)}, which pads in mode {cv.padding_mode!r}"
-                break
-        if why:
-            report.skipped.append(Skip(name(m), why))
-            continue
-        for cv in outs:
-            base = new_pairs.get(id(cv)) or _native_pairs(cv, nd)
-            new_pairs[id(cv)] = [(a + x, b + y) for (a, b), (x, y) in zip(base, pp)]
-            convs[id(cv)] = cv
-        targets = ", ".join(sorted({name(cv) for cv in outs}))
-        removed.append((m, f"its zero pads {tuple(pp)} moved into {targets}"))
+    # (c) pads and crops in code at any depth above a conv: read from the record
+    net = _move_code_pads(net, recs, report, done, paths, time_index, put)
 
-    # (cv) chomps: a conv whose only reader crops the end of the time axis
-    for cv in list(net.modules()):
-        if not isinstance(cv, _TORCH_CONVS) or not _is_plain_forward(cv):
-            continue
-        outs = consumers.get(id(cv), [])
-        if len(outs) != 1:
-            continue
-        nd = _nd(cv)
-        ti = time_index(nd)
-        chomp = outs[0]
-        crop = _end_crop(chomp, by_module.get(id(chomp), []), ti) if ti >= 0 else None
-        if crop is None:
-            continue
-        try:
-            base = list(new_pairs.get(id(cv)) or _native_pairs(cv, nd))
-        except SurgeryError:
-            continue
-        s = int(cv.stride[ti])
-        lo, hi = base[ti]
-        if hi - crop * s < 0:
-            report.skipped.append(
-                Skip(name(chomp), f"it crops {crop} outputs, more than the right pad {hi} gives")
-            )
-            continue
-        base[ti] = (lo, hi - crop * s)
-        new_pairs[id(cv)] = base
-        convs[id(cv)] = cv
-        removed.append((chomp, f"its end crop of {crop} moved into {name(cv)}'s right pad"))
-
-    for key, cv in convs.items():
-        nd = _nd(cv)
-        cls = _CONVERTED[nd] if type(cv).forward is _KeywordTolerant.forward else _PLAIN_PADKIT[nd]
-        before = _brief(cv)
-        new = _build(cv, nd, new_pairs[key], cls)
-        put(cv, new)
-        report.changes.append(Change(name(cv), before, _brief(new), ("padding",)))
-    for m, why in removed:
-        before = type(m).__name__
-        put(m, nn.Identity())
-        report.changes.append(Change(name(m), before, "Identity", ("removed",), detail=why))
-
-    # (d) F.pad written in a module's forward, feeding convs: trace that module, drop the pad
-    for m in list(net.modules()):
-        if id(m) not in inline_pads or isinstance(m, _TORCH_CONVS) or id(m) in done:
-            continue
-        traced = _drop_inline_pads(m, time_index)
-        if isinstance(traced, str):
-            report.skipped.append(Skip(name(m), traced))
-            continue
-        gm, moved = traced
-        if m is net:
-            net = gm
-        else:
-            put(m, gm)
-        for target, before, after in moved:
-            path = f"{name(m)}.{target}" if m is not net and name(m) != "<model>" else target
-            report.changes.append(
-                Change(
-                    path,
-                    before,
-                    after,
-                    ("padding",),
-                    detail=f"F.pad in {type(m).__name__}.forward moved into the conv "
-                    "(the module is now its torch.fx trace)",
-                )
-            )
-
-    for i, (probe, ref) in enumerate(zip(probes, want)):
+    for i, (probe_x, ref) in enumerate(zip(probes, want)):
         try:
             with _eval(net), torch.no_grad():
-                got = net(probe)
+                got = net(probe_x)
             why = "" if _close(got, ref, rtol, atol) else "different outputs"
-        except RuntimeError as err:
-            why = f"it fails: {str(err).splitlines()[0]}"
+        except Exception as err:
+            why = f"it fails: {type(err).__name__}: {(str(err).splitlines() or [''])[0]}"
         if why:
             raise SurgeryError(
                 f"{fname}(): the converted model does not reproduce the original on probe {i} "
-                f"(input shape {tuple(probe.shape)}; {why}); changes made: "
+                f"(input shape {tuple(probe_x.shape)}; {why}); changes made: "
                 f"{[c.path for c in report.changes]}. A pad or crop output is probably used "
                 "by more than the conv it was moved into"
             )
-    if not report.changes:
-        report.notes.append("nothing to convert: no self-padding conv, pad module or chomp")
+    if not report.changes and not report.skipped:
+        report.notes.append("nothing to convert: no pad or crop in code, no self-padding conv")
     return net, report
-
-
-def _drop_inline_pads(
-    module: nn.Module, time_index: Any
-) -> tuple[nn.Module, list[tuple[str, str, str]]] | str:
-    """``module`` traced with torch.fx, its ``F.pad`` calls that feed only convs removed and
-    their zero pads moved into those convs; or why not."""
-    import torch.fx as fx
-
-    class _Tracer(fx.Tracer):
-        def is_leaf_module(self, m: nn.Module, qualname: str) -> bool:
-            return isinstance(m, _TORCH_CONVS) or super().is_leaf_module(m, qualname)
-
-    try:
-        graph = _Tracer().trace(module)
-    except Exception as err:  # tracing fails on data-dependent control flow and the like
-        return f"F.pad in its forward, but torch.fx cannot trace it ({type(err).__name__})"
-    gm = fx.GraphModule(module, graph, type(module).__name__)
-    moved: list[tuple[str, str, str]] = []
-    for node in list(gm.graph.nodes):
-        if node.op != "call_function" or node.target is not F.pad:
-            continue
-        pads = node.args[1] if len(node.args) > 1 else node.kwargs.get("pad")
-        mode = node.args[2] if len(node.args) > 2 else node.kwargs.get("mode", "constant")
-        value = node.args[3] if len(node.args) > 3 else node.kwargs.get("value")
-        users = list(node.users)
-        if (
-            mode != "constant"
-            or value not in (None, 0, 0.0)
-            or not isinstance(pads, (list, tuple))
-            or not all(isinstance(v, int) for v in pads)
-            or not users
-        ):
-            continue
-        convs = [gm.get_submodule(str(u.target)) if u.op == "call_module" else None for u in users]
-        if not all(
-            isinstance(c, _TORCH_CONVS) and _is_plain_forward(c) and len(pads) <= 2 * _nd(c)
-            for c in convs
-        ):
-            continue
-        for u, c in zip(users, convs):
-            assert c is not None
-            nd = _nd(c)
-            if time_index(nd) < 0:
-                return "F.pad feeds a conv whose time axis is not the given one"
-            pairs = _native_pairs(c, nd)
-            if c.padding_mode != "zeros" and any(p != (0, 0) for p in pairs):
-                return f"F.pad feeds {u.target}, which pads in mode {c.padding_mode!r}"
-            for j in range(len(pads) // 2):
-                a, b = pairs[nd - 1 - j]
-                pairs[nd - 1 - j] = (a + pads[2 * j], b + pads[2 * j + 1])
-            cls = _CONVERTED[nd] if type(c).forward is _KeywordTolerant.forward else None
-            new = _build(c, nd, pairs, cls or _PLAIN_PADKIT[nd])
-            moved.append((str(u.target), _brief(c), _brief(new)))
-            gm.set_submodule(str(u.target), new)
-        node.replace_all_uses_with(node.args[0])
-        gm.graph.erase_node(node)
-    if not moved:
-        return (
-            "F.pad in its forward either feeds more than convs, or pads by amounts that are not "
-            "ints (computed at run time) or in a mode other than constant zeros; such pads are "
-            "moved only when the module's only child is the conv it feeds"
-        )
-    gm.recompile()
-    gm.train(module.training)
-    return gm, moved
 
 
 def _contains(parent: nn.Module, child: nn.Module) -> bool:
     return any(m is child for m in parent.modules())
+
+
+# ----------------------------------------------------------------------------- code pads
+
+_Key = tuple[str, str, int]  # (owner path, call name, ordinal in the owner's own code)
+_TRANSPOSED: dict[int, type[nn.Module]] = {
+    1: pnn.ConvTranspose1d,
+    2: pnn.ConvTranspose2d,
+    3: pnn.ConvTranspose3d,
+}
+
+
+class _Source:
+    """An edit of :func:`padkit.surgery._probe.rewired`: the call returns the tensor it pads
+    or crops (``piece`` of a ``torch.cat``), unchanged."""
+
+    def __init__(self, piece: int | None) -> None:
+        self.piece = piece
+
+    def __call__(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        first = args[0] if args else next(iter(kwargs.values()))
+        return first[self.piece] if self.piece is not None else first
+
+
+class _Found:
+    """What one pad or crop call (a key) does on one probe: per conv path it feeds or crops,
+    ``('pad', spatial pairs, mode, source sizes)`` or ``('crop', axis, lo, hi)``."""
+
+    def __init__(self, kind: str, piece: int | None) -> None:
+        self.kind, self.piece = kind, piece
+        self.convs: dict[str, tuple[Any, ...]] = {}
+
+
+def _where(rec: Record, owner: int | None) -> str:
+    return "<outside>" if owner is None else rec.modules[owner].path or "<model>"
+
+
+def _conv_dims(module: nn.Module) -> int:
+    ks: Any = getattr(module, "kernel_size", ())
+    return len(ks) if isinstance(ks, tuple) else 1
+
+
+def _move_code_pads(
+    net: nn.Module,
+    recs: list[Record],
+    report: SurgeryReport,
+    done: set[int],
+    paths: dict[int, list[str]],
+    time_index: Any,
+    put: Any,
+) -> nn.Module:
+    """Pads and crops written in code at any depth above a conv (``F.pad`` in any mode,
+    pad modules, ``torch.cat`` with constants, slices of a conv's output), moved into the
+    convs they feed or crop; the calls in code become the identity (the module that made
+    them is its rewired copy, or ``nn.Identity`` when the call was all it computed)."""
+    mods = dict(net.named_modules(remove_duplicate=False))
+    bad: dict[_Key, str] = {}
+    per_probe: list[dict[_Key, list[_Found]]] = []
+    whole: dict[_Key, bool] = {}  # the owner computes this call and nothing else
+
+    def plain(path: str) -> nn.Module | None:
+        m = mods.get(path)
+        if m is None or id(m) in done:
+            return None
+        if isinstance(m, _TORCH_CONVS) and _is_plain_forward(m):
+            return m
+        if isinstance(m, _TORCH_CONVTS) and not hasattr(m, "pad_spec"):
+            base = type(m).forward
+            if base in (nn.ConvTranspose1d.forward, nn.ConvTranspose2d.forward):
+                return m
+            if base is nn.ConvTranspose3d.forward:
+                return m
+        return None
+
+    for rec in recs:
+        found: dict[_Key, list[_Found]] = {}
+        per_probe.append(found)
+        convs = [mc for mc in rec.modules if mc.op is not None and mc.op.kind != "max"]
+        convs = [
+            mc for mc in convs if mc.op is not None and mc.op.kind in ("conv", "conv_transpose")
+        ]
+        in_conv: list[bool] = []
+        for mc in rec.modules:  # parents come before their children
+            in_conv.append(mc.op is not None or (mc.parent is not None and in_conv[mc.parent]))
+
+        def inside(i: int | None, in_conv: list[bool] = in_conv) -> bool:
+            return i is not None and in_conv[i]
+
+        for call in rec.calls:
+            if (call.pad is None and call.crop is None) or inside(call.owner):
+                continue
+            if call.owner is None:
+                continue
+            owner = rec.modules[call.owner]
+            key = (owner.path, call.name, call.ordinal)
+            if call.pad is not None:
+                pad = call.pad
+                t = call.makes[0]
+                readers = rec.readers(t)
+                feeds = [mc for mc in convs if mc.inputs and mc.inputs[0] == t]
+                if not readers:
+                    continue
+                f = _Found("pad", pad.piece if pad.form == "cat" else None)
+                found.setdefault(key, []).append(f)
+                if pad.mode == "state":
+                    bad[key] = f"it concatenates the buffer {pad.state!r} (a state) to its input"
+                    continue
+                if not feeds:
+                    r0 = readers[0]
+                    bad[key] = (
+                        f"its output is read by {r0.name} in {_where(rec, r0.owner)}, "
+                        "not by a conv module"
+                    )
+                    continue
+                other = [r for r in readers if not any(rec.within(r.owner, c.index) for c in feeds)]
+                if other:
+                    r0 = other[0]
+                    bad[key] = (
+                        f"its output is also read by {r0.name} in {_where(rec, r0.owner)}, "
+                        "not only by the convs it pads for"
+                    )
+                    continue
+                if any(p != (0, 0) for p in pad.pairs[:2]):
+                    bad[key] = "it pads the batch or channel axis"
+                    continue
+                if pad.mode == "constant" and pad.value != 0.0:
+                    bad[key] = f"it pads with the constant {pad.value}; a conv pads with zeros"
+                    continue
+                mode = "zeros" if pad.mode == "constant" else pad.mode
+                sizes = tuple(rec.tensor(pad.source).shape[2:])
+                for c in feeds:
+                    if plain(c.path) is None or c.op is None or c.op.kind != "conv":
+                        bad[key] = f"it feeds {c.cls} {c.path or '<model>'!r}, not a plain conv"
+                        break
+                    f.convs[c.path] = ("pad", pad.pairs[2:], mode, sizes)
+            else:
+                crop = call.crop
+                assert crop is not None
+                made = [mc for mc in convs if mc.outputs and mc.outputs[0] == crop.source]
+                if not made:
+                    continue  # a slice of something other than a conv's output
+                c = max(made, key=lambda mc: mc.index)
+                f = _Found("crop", None)
+                found.setdefault(key, []).append(f)
+                others = [
+                    r
+                    for r in rec.readers(crop.source)
+                    if r is not call and not rec.within(r.owner, c.index)
+                ]
+                if others:
+                    r0 = others[0]
+                    bad[key] = (
+                        f"the output of {c.path!r} it crops is also read by {r0.name} in "
+                        f"{_where(rec, r0.owner)}"
+                    )
+                elif crop.dim < 2:
+                    bad[key] = "it crops the batch or channel axis"
+                elif plain(c.path) is None:
+                    bad[key] = f"it crops {c.cls} {c.path or '<model>'!r}, not a plain conv"
+                else:
+                    f.convs[c.path] = ("crop", crop.dim - 2, crop.lo, crop.hi)
+            src = call.pad.source if call.pad is not None else call.crop.source
+            outs = owner.outputs
+            same_out = len(outs) == 1 and (
+                outs[0] == call.makes[0]
+                or (
+                    rec.tensor(outs[0]).shape == rec.tensor(call.makes[0]).shape
+                    and bool(torch.equal(rec.tensor(outs[0]), rec.tensor(call.makes[0])))
+                )
+            )
+            whole[key] = whole.get(key, True) and owner.inputs[:1] == (src,) and same_out
+
+    keys = set().union(*per_probe)
+    for key in keys:
+        if key in bad:
+            continue
+        shapes = set()
+        for found in per_probe:
+            fs = found.get(key)
+            if fs is None:
+                bad[key] = "it runs on some probe lengths only"
+                break
+            for f in fs:
+                shapes.add((f.kind, f.piece, tuple(sorted(f.convs))))
+        else:
+            if len(shapes) != 1:
+                bad[key] = "it pads or crops for different convs on different calls"
+        owner = mods.get(key[0])
+        if owner is None:
+            bad[key] = "it is made by a module outside the model"
+        elif id(owner) in done:
+            bad[key] = ""  # handled with its wrapper
+
+    # resolve each conv's pads from the keys that feed or crop it, dropping bad keys
+    plans: dict[str, Pairs] = {}
+    modes: dict[str, str] = {}
+    for _ in range(len(keys) + 1):
+        good = [k for k in keys if k not in bad]
+        into: dict[str, list[_Key]] = {}
+        for k in good:
+            for cpath in next(f for f in per_probe[0][k]).convs:
+                into.setdefault(cpath, []).append(k)
+        plans.clear()
+        modes.clear()
+        failed = False
+        for cpath, ks in into.items():
+            conv: Any = mods[cpath]
+            why = _resolve(conv, cpath, ks, per_probe, plans, modes, time_index)
+            if why:
+                for k in ks:
+                    bad[k] = why
+                failed = True
+        if not failed:
+            break
+
+    for key in sorted(keys):
+        if bad.get(key):
+            report.skipped.append(
+                Skip(key[0] or "<model>", f"{key[1]} call {key[2]} in its forward: {bad[key]}")
+            )
+    good = sorted(k for k in keys if k not in bad)
+    if not good:
+        return net
+    for cpath, pairs in plans.items():
+        old: Any = mods[cpath]
+        nd = _conv_dims(old)
+        before = _brief(old)
+        if isinstance(old, _TORCH_CONVTS):
+            new: nn.Module = _TRANSPOSED[nd](
+                old.in_channels,
+                old.out_channels,
+                old.kernel_size,
+                stride=old.stride,
+                padding=tuple(pairs),
+                output_padding=old.output_padding,
+                groups=old.groups,
+                bias=old.bias is not None,
+                dilation=old.dilation,
+                device=old.weight.device,
+                dtype=old.weight.dtype,
+            )
+            _transfer(old, new)
+        else:
+            cls = _CONVERTED[nd] if type(old).forward is _KeywordTolerant.forward else None
+            new = _build(old, nd, list(pairs), cls or _PLAIN_PADKIT[nd], modes.get(cpath))
+        put(old, new)
+        done.add(id(old))
+        ks = [k for k in good if cpath in per_probe[0][k][0].convs]
+        report.changes.append(
+            Change(
+                cpath,
+                before,
+                _brief(new)
+                if not isinstance(new, _TORCH_CONVTS)
+                else f"{type(new).__name__} pads={tuple(pairs)}",
+                ("padding",),
+                detail="the "
+                + ", ".join(f"{k[1]} call {k[2]} in {k[0] or '<model>'}.forward" for k in ks)
+                + " (code) moved into the layer",
+            )
+        )
+    tables: dict[str, dict[tuple[str, int], Any]] = {}
+    for key in good:
+        piece = per_probe[0][key][0].piece
+        tables.setdefault(key[0], {})[(key[1], key[2])] = _Source(piece)
+    for opath, table in tables.items():
+        owner = mods[opath]
+        names = ", ".join(f"{n} call {i}" for n, i in sorted(table))
+        simple = (
+            all(whole.get((opath, n, i), False) for n, i in table)
+            and not list(owner.children())
+            and not list(owner.parameters(recurse=False))
+            and not list(owner.buffers(recurse=False))
+            and opath != ""
+        )
+        if simple:
+            put(owner, nn.Identity())
+            report.changes.append(
+                Change(
+                    opath,
+                    type(owner).__name__,
+                    "Identity",
+                    ("removed",),
+                    detail=f"its {names} moved into the conv(s) it fed or cropped",
+                )
+            )
+            continue
+        new_owner = rewired(owner, Dispatch(table), f"{names} moved into padkit convs")
+        if opath == "":
+            net = new_owner
+        else:
+            put(owner, new_owner)
+        report.changes.append(
+            Change(
+                opath or "<model>",
+                type(owner).__name__,
+                f"{type(owner).__name__} without its {names}",
+                ("code",),
+                detail=f"its {names} moved into the conv(s) it fed or cropped",
+            )
+        )
+    return net
+
+
+def _resolve(
+    conv: Any,
+    cpath: str,
+    keys: list[_Key],
+    per_probe: list[dict[_Key, list[_Found]]],
+    plans: dict[str, Pairs],
+    modes: dict[str, str],
+    time_index: Any,
+) -> str:
+    """The pads of ``conv`` with the moved pads and crops of ``keys`` (into ``plans`` and
+    ``modes``), or why none."""
+    nd = _conv_dims(conv)
+    transposed = isinstance(conv, _TORCH_CONVTS)
+    try:
+        native = padding_pairs(conv, nd)
+    except PaddingError as err:
+        return f"it feeds {cpath!r}, whose {err}"
+    mode = conv.padding_mode if any(p != (0, 0) for p in native) else None
+    k = list(conv.kernel_size)
+    st = list(conv.stride)
+    dl = list(conv.dilation)
+    pads: list[list[tuple[int, int]]] = [[] for _ in per_probe]  # per probe, added pads
+    sizes: list[tuple[int, ...]] = [() for _ in per_probe]
+    crops = [(0, 0)] * nd
+    added = [[(0, 0)] * nd for _ in per_probe]
+    for key in keys:
+        for r, found in enumerate(per_probe):
+            facts = {f.convs[cpath] for f in found[key] if cpath in f.convs}
+            if len(facts) != 1:
+                return f"it pads or crops {cpath!r} differently on different calls"
+            (fact,) = facts
+            if fact[0] == "pad":
+                _, pairs, pmode, src = fact
+                if mode is not None and pmode != mode:
+                    return f"it pads in mode {pmode!r} for {cpath!r}, which pads in {mode!r}"
+                mode = pmode
+                added[r] = [(a + x, b + y) for (a, b), (x, y) in zip(added[r], pairs)]
+                sizes[r] = src
+            else:
+                _, ax, lo, hi = fact
+                if r == 0:
+                    crops[ax] = (crops[ax][0] + lo, crops[ax][1] + hi)
+                elif fact != ("crop", ax, *crops[ax]) and crops[ax] != (lo, hi):
+                    return f"its crop of {cpath!r} changes with the input length"
+    del pads
+    if transposed:
+        if any(p != (0, 0) for a in added for p in a):
+            return f"it pads the input of the transposed conv {cpath!r}"
+        if any(getattr(conv, "output_padding", (0,))):
+            return f"it crops {cpath!r}, which has output_padding"
+        plans[cpath] = tuple((a + x, b + y) for (a, b), (x, y) in zip(native, crops))
+        return ""
+    out: list[tuple[int, int]] = []
+    for i in range(nd):
+        los = {a[i][0] for a in added}
+        if len(los) != 1:
+            return f"its left pad for {cpath!r} changes with the input length"
+        lo = native[i][0] + los.pop()
+        his = [
+            (int(sizes[r][i]) if sizes[r] else 0, native[i][1] + added[r][i][1])
+            for r in range(len(added))
+        ]
+        k_eff = dl[i] * (k[i] - 1) + 1
+        s = st[i]
+        completes = s > 1 and all(sizes) and all(h == _completion(n, lo, k_eff, s) for n, h in his)
+        if completes and any(h for _, h in his):
+            hi = s - 1
+        elif len({h for _, h in his}) == 1:
+            hi = his[0][1]
+        else:
+            return (
+                f"its right pad for {cpath!r} ({[h for _, h in his]} on the probes) changes "
+                "with the input length in a way that is not the completion of the last "
+                "stride window"
+            )
+        a, b = crops[i]
+        if lo - a * s < 0 or hi - b * s < 0:
+            return f"it crops {(a, b)} outputs of {cpath!r}, more than its pads {(lo, hi)} give"
+        out.append((lo - a * s, hi - b * s))
+    plans[cpath] = tuple(out)
+    if mode is not None and mode != "zeros":
+        modes[cpath] = mode
+    elif any(p != (0, 0) for p in out):
+        modes[cpath] = "zeros"
+    return ""
+
+
+def _completion(n: int, lo: int, k_eff: int, s: int) -> int:
+    """The right pad that completes the last stride window (EnCodec's extra padding)."""
+    frames = -(-(n - k_eff + lo) // s)
+    return frames * s + k_eff - lo - n
