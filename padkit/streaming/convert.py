@@ -460,10 +460,7 @@ def convert_causal(
         if found is None:
             continue
         if isinstance(found, str):
-            if found:
-                report.skipped.append(Skip(name(m), found))
-            done.add(id(m))  # its pad code is not a pad the later passes could move either
-            continue
+            continue  # not a plain padding wrapper: the record's pass reads its code
         old_child = kids[0]
         _transfer(old_child, found.new)
         m._modules[found.child] = found.new

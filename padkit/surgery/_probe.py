@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import copy
 import math
+import sys
 import types
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -79,7 +80,7 @@ class _OwnCode(TorchFunctionMode):
         kwargs: dict[str, Any] | None = None,
     ) -> Any:
         kwargs = kwargs or {}
-        if self.depth:
+        if self.depth or _in_stand_in():
             return func(*args, **kwargs)
         name = base_name(func)
         i = self.counts.get(name, 0)
@@ -115,6 +116,19 @@ class _OwnCode(TorchFunctionMode):
         super().__exit__(*exc)  # type: ignore[no-untyped-call]
         for h in self._handles:
             h.remove()
+
+
+def _in_stand_in() -> bool:
+    """Whether the running torch call comes from a streaming stand-in the module's code called
+    (stand-ins are called without module hooks, so the depth does not count them)."""
+    f = sys._getframe(2)
+    while f is not None:
+        if f.f_code is _rewired_forward.__code__:
+            return False
+        if str(f.f_globals.get("__name__", "")).startswith("padkit.streaming."):
+            return True
+        f = f.f_back  # type: ignore[assignment]
+    return False
 
 
 _NOT_HANDLED = object()
