@@ -152,9 +152,9 @@ def test_probe_finds_lengths_the_model_accepts_and_names_the_module_that_refuses
         def forward(self, x: Tensor) -> Tensor:
             raise ValueError("no length is good enough")
 
-    with pytest.raises(ProbeError, match=r"Refuse 'block.0' raised ValueError: no length"):
+    with pytest.raises(ProbeError, match=r"Refuse 'block\.0' raised ValueError: no length"):
         probe(Never(), torch.zeros(1, 1, 8))
-    with pytest.raises(SurgeryError, match="Refuse 'block.0'"):
+    with pytest.raises(SurgeryError, match=r"Refuse 'block\.0'"):
         convert_causal(Never(), torch.zeros(1, 1, 8))
 
 
@@ -191,7 +191,7 @@ class SConv(nn.Module):
         self.mode = mode
 
     def forward(self, x: Tensor) -> Tensor:
-        B, C, T = x.shape
+        _, _, T = x.shape
         k, st = self.conv.conv.kernel_size[0], self.conv.conv.stride[0]
         extra = (math.ceil((T - st) / st + 1) - 1) * st + st - T
         return self.conv(F.pad(x, (k - st, extra), mode=self.mode))

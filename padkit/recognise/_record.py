@@ -216,7 +216,7 @@ def _read_crop(x: Tensor, y: Tensor) -> tuple[int, int, int] | None:
     hi = int(x.shape[d]) - lo - int(y.shape[d])
     if lo < 0 or hi < 0:
         return None
-    return d, lo, hi
+    return int(d), int(lo), int(hi)
 
 
 def _read_move(name: str, x: Tensor, args: tuple[Any, ...]) -> tuple[int, ...] | None:

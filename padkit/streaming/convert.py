@@ -2,36 +2,35 @@
 
 Causal padding is written many ways in the wild, and none of them streams as written (a
 pad in ``forward`` pads every chunk, a chomp crops every chunk). :func:`convert_causal`
-runs the model twice on probe inputs, watches which tensor each module receives and
-returns, and rewrites what it recognises:
+records the model (:func:`padkit.recognise.probe`: fresh copies, at two lengths the model
+accepts) and rewrites what the record shows:
 
-* **a conv subclass that pads in its own forward** (pytorch-tcn's ``TemporalConv1d`` with
-  its ``padder`` child, WaveNet's ``CausalConv1d(nn.Conv1d)`` calling ``F.pad``): the pads
-  are solved from what the module returns (it must equal the base conv on the padded input
-  for both probes) and the module becomes a :class:`ConvertedConv1d` (2d, 3d) with those
-  pads;
-* **a pad module feeding convs** anywhere in the tree (``nn.ConstantPad1d``/``ZeroPad``
-  with value 0, or any parameter-free module whose output is its input zero-padded on the
-  time axis, e.g. a module calling ``F.pad``): the pads move into every conv it feeds and
-  the pad module becomes ``nn.Identity``;
-* **``F.pad`` written in a module's forward** and feeding only convs (a WaveNet gated block
-  padding once for its filter and gate convs): the module becomes its ``torch.fx`` trace
-  without the pad, and the pads move into the convs (a forward that fx cannot trace is
-  reported as skipped);
-* **a conv followed by a chomp** (the locuslab TCN: symmetric ``padding=(k-1)*d``, then
-  ``Chomp1d`` cropping the end): the crop moves into the conv's right pad (``(p, p)`` and a
-  crop of ``c`` outputs at stride ``s`` become ``(p, p - c*s)``) and the chomp becomes
-  ``nn.Identity``;
-* **old-style weight norm** (``torch.nn.utils.weight_norm``, a forward pre-hook) becomes the
-  ``torch.nn.utils.parametrizations.weight_norm`` parametrization with the same ``g`` and
-  ``v``; parametrizations (weight norm, spectral norm, ...) move to the new layers as they
-  are, so the converted model still trains.
+* **codec wrappers** whose only child is a conv and whose forward pads before it or crops
+  after it (EnCodec, Mimi): the child becomes a padkit layer with those pads or crops and the
+  wrapper's class is swapped for one that only calls it (``_wrappers.py``);
+* **a conv subclass that pads in its own forward** (pytorch-tcn's ``TemporalConv1d``,
+  WaveNet's ``CausalConv1d(nn.Conv1d)``): the pads are solved from what the module returns
+  and the module becomes a :class:`ConvertedConv1d` (2d, 3d) with those pads;
+* **pads and crops written in code at any depth above a conv**: ``F.pad`` in any mode (so
+  pad modules and their subclasses), ``torch.cat`` of the input with zeros, computed from
+  the input's size or not (a right pad completing the last stride window becomes
+  ``stride - 1``), and slices of a conv's or transposed conv's output (chomps, ``unpad1d``)
+  by any ancestor. The pads move into every conv that reads the padded tensor, the crops
+  into the conv's pads (``(p, p)`` and an end crop of ``c`` outputs at stride ``s`` become
+  ``(p, p - c*s)``) or the padkit transposed conv's crop; the call in code becomes the
+  identity: the module that made it is replaced by ``nn.Identity`` where that call was all
+  it computed, else by its rewired copy (:func:`padkit.surgery._probe.rewired`), an
+  instance of its class whose own code runs with that call returning its input;
+* **old-style weight norm** (``torch.nn.utils.weight_norm``, a forward pre-hook) on convs
+  and transposed convs becomes the ``torch.nn.utils.parametrizations.weight_norm``
+  parametrization with the same ``g`` and ``v``; parametrizations move to the new layers as
+  they are, so the converted model still trains.
 
-The result is checked: the converted model must give the original's outputs on both probes
-(else :class:`padkit.surgery.SurgeryError`). The model is copied; the report lists every
-change. Crops written as tensor code (``x[..., :-p]`` in a ``forward``) and pads whose output
-also feeds other computation are not rewritten; such a model still fails
-:class:`~padkit.streaming.StreamingModule`'s checks or its ``verify``.
+A pad or crop that cannot move (its output is read by more than the convs, a constant
+other than zero, a left pad that changes with the length, a crop larger than the pads) is
+listed in the report's skipped entries with the reason. The result is checked: the
+converted model must give the original's outputs on both probes (else
+:class:`padkit.surgery.SurgeryError`). The model is copied; the report lists every change.
 """
 
 from __future__ import annotations
@@ -688,7 +687,8 @@ def _move_code_pads(
                     bad[key] = f"it crops {c.cls} {c.path or '<model>'!r}, not a plain conv"
                 else:
                     f.convs[c.path] = ("crop", crop.dim - 2, crop.lo, crop.hi)
-            src = call.pad.source if call.pad is not None else call.crop.source
+            fact = call.pad if call.pad is not None else call.crop
+            src = fact.source if fact is not None else -1
             outs = owner.outputs
             same_out = len(outs) == 1 and (
                 outs[0] == call.makes[0]
@@ -701,6 +701,9 @@ def _move_code_pads(
 
     keys = set().union(*per_probe)
     for key in keys:
+        held = mods.get(key[0])
+        if held is not None and id(held) in done:
+            bad[key] = ""  # converted with its wrapper already
         if key in bad:
             continue
         shapes = set()
@@ -714,14 +717,11 @@ def _move_code_pads(
         else:
             if len(shapes) != 1:
                 bad[key] = "it pads or crops for different convs on different calls"
-        owner = mods.get(key[0])
-        if owner is None:
+        if held is None:
             bad[key] = "it is made by a module outside the model"
-        elif id(owner) in done:
-            bad[key] = ""  # handled with its wrapper
 
     # resolve each conv's pads from the keys that feed or crop it, dropping bad keys
-    plans: dict[str, Pairs] = {}
+    plans: dict[str, tuple[tuple[int, int], ...]] = {}
     modes: dict[str, str] = {}
     for _ in range(len(keys) + 1):
         good = [k for k in keys if k not in bad]
@@ -836,7 +836,7 @@ def _resolve(
     cpath: str,
     keys: list[_Key],
     per_probe: list[dict[_Key, list[_Found]]],
-    plans: dict[str, Pairs],
+    plans: dict[str, tuple[tuple[int, int], ...]],
     modes: dict[str, str],
     time_index: Any,
 ) -> str:

@@ -121,13 +121,13 @@ class _OwnCode(TorchFunctionMode):
 def _in_stand_in() -> bool:
     """Whether the running torch call comes from a streaming stand-in the module's code called
     (stand-ins are called without module hooks, so the depth does not count them)."""
-    f = sys._getframe(2)
+    f: types.FrameType | None = sys._getframe(2)
     while f is not None:
         if f.f_code is _rewired_forward.__code__:
             return False
         if str(f.f_globals.get("__name__", "")).startswith("padkit.streaming."):
             return True
-        f = f.f_back  # type: ignore[assignment]
+        f = f.f_back
     return False
 
 
