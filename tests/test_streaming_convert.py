@@ -21,7 +21,6 @@ from torch.nn.utils import parametrize
 import padkit.nn as pn
 from padkit import PaddingError
 from padkit.streaming import ConvertedConv1d, StreamingModule, convert_causal
-from padkit.surgery import SurgeryError
 
 torch.set_num_threads(1)
 
