@@ -163,33 +163,39 @@ struct Params {
   }
 };
 
-// A user buffer seen through the layout a primitive wants: a reorder when they differ.
+// A user buffer seen through the layout a primitive wants: a reorder when they differ. The
+// buffer in the primitive's layout is allocated per call and freed when the call returns
+// (kept in the cache entry, it held up to three weight-sized copies per signature, and
+// tensor-sized ones, for as long as the process ran: training memory).
 struct Staged {
   bool needed = false;
-  memory buf;
+  memory::desc want;
   reorder prim;
 
-  void setup(const memory::desc& user, const memory::desc& want, bool to_user) {
-    needed = user != want;
+  void setup(const memory::desc& user, const memory::desc& w, bool to_user) {
+    needed = user != w;
     if (!needed) return;
-    buf = memory(want, eng());
+    want = w;
+    memory buf(want, eng(), nullptr);
     memory u(user, eng(), nullptr);
     prim = to_user ? reorder(buf, u) : reorder(u, buf);
   }
   // input: user memory -> what the primitive reads
-  memory in(const memory::desc& user, void* ptr) {
+  memory in(const memory::desc& user, void* ptr) const {
     memory u(user, eng(), ptr);
     if (!needed) return u;
+    memory buf(want, eng());
     prim.execute(strm(), u, buf);
     return buf;
   }
-  memory out(const memory::desc& user, void* ptr) {
-    return needed ? buf : memory(user, eng(), ptr);
+  memory out(const memory::desc& user, void* ptr) const {
+    return needed ? memory(want, eng()) : memory(user, eng(), ptr);
   }
-  void flush(const memory::desc& user, void* ptr) {
+  // output: what the primitive wrote (``out``'s buffer) -> user memory
+  void flush(const memory& buf, const memory::desc& user, void* ptr) const {
     if (!needed) return;
     memory u(user, eng(), ptr);
-    prim.execute(strm(), buf, u);
+    prim.execute(strm(), {{DNNL_ARG_FROM, buf}, {DNNL_ARG_TO, u}});
   }
 };
 
@@ -201,11 +207,13 @@ struct ConvFwd {
 
 struct ConvBwdData {
   primitive prim;
+  memory::desc scratch;
   Staged diff_dst, wei, diff_src;
 };
 
 struct ConvBwdWei {
   primitive prim;
+  memory::desc scratch;
   Staged src, diff_dst, diff_wei;
 };
 
@@ -218,6 +226,7 @@ struct PoolFwd {
 
 struct PoolBwd {
   pooling_backward prim;
+  memory::desc scratch;
   Staged diff_dst, diff_src;
   memory::desc ws_md;
 };
@@ -254,6 +263,19 @@ T* slot(Cache<T>& c, const std::vector<int64_t>& key, bool& fresh) {
   return ref.get();
 }
 
+// Each call allocates its primitive's scratchpad and frees it on return (oneDNN's own mode
+// keeps the largest scratchpad any primitive asked for, per thread, for the whole process).
+const primitive_attr& user_scratchpad() {
+  static const primitive_attr attr = [] {
+    primitive_attr a;
+    a.set_scratchpad_mode(scratchpad_mode::user);
+    return a;
+  }();
+  return attr;
+}
+
+memory scratchpad(const memory::desc& md) { return memory(md, eng()); }
+
 prop_kind fwd_prop(const Params& p) {
   return p.training ? prop_kind::forward_training : prop_kind::forward_inference;
 }
@@ -261,13 +283,14 @@ prop_kind fwd_prop(const Params& p) {
 convolution_forward::primitive_desc conv_hint(const Params& p) {
   return convolution_forward::primitive_desc(eng(), fwd_prop(p), algorithm::convolution_direct,
                                              p.prim_src(), p.prim_wei(), p.bias_md(),
-                                             p.prim_dst(), p.s, p.d, p.pl, p.pr);
+                                             p.prim_dst(), p.s, p.d, p.pl, p.pr,
+                                             user_scratchpad());
 }
 
 deconvolution_forward::primitive_desc deconv_hint(const Params& p) {
   return deconvolution_forward::primitive_desc(
       eng(), fwd_prop(p), algorithm::deconvolution_direct, p.prim_src(), p.prim_wei(),
-      p.bias_md(), p.prim_dst(), p.s, p.d, p.pl, p.pr);
+      p.bias_md(), p.prim_dst(), p.s, p.d, p.pl, p.pr, user_scratchpad());
 }
 
 // oneDNN has no fast kernel for some pads on the blocked layout (a reference
@@ -310,10 +333,13 @@ void conv_forward(const int64_t* raw, void* src, void* wei, void* bias, void* ds
   memory mwei = e->wei.in(p.user_wei(), wei);  // read on every call: never a stale copy
   memory mdst = e->dst.out(p.user_dst(), dst);
   std::unordered_map<int, memory> args{
-      {DNNL_ARG_SRC, msrc}, {DNNL_ARG_WEIGHTS, mwei}, {DNNL_ARG_DST, mdst}};
+      {DNNL_ARG_SRC, msrc},
+      {DNNL_ARG_WEIGHTS, mwei},
+      {DNNL_ARG_DST, mdst},
+      {DNNL_ARG_SCRATCHPAD, scratchpad(e->pd.scratchpad_desc())}};
   if (p.has_bias) args[DNNL_ARG_BIAS] = memory(p.bias_md(), eng(), bias);
   e->prim.execute(strm(), args);
-  e->dst.flush(p.user_dst(), dst);
+  e->dst.flush(mdst, p.user_dst(), dst);
   strm().wait();
 }
 
@@ -329,16 +355,18 @@ void conv_backward_data(const int64_t* raw, void* diff_dst, void* wei, void* dif
     if (p.kind == 0) {
       auto pd = convolution_backward_data::primitive_desc(
           eng(), algorithm::convolution_direct, q.prim_src(), q.prim_wei(), q.prim_dst(), p.s,
-          p.d, p.pl, p.pr, conv_hint(q));
+          p.d, p.pl, p.pr, conv_hint(q), user_scratchpad());
       e->prim = convolution_backward_data(pd);
+      e->scratch = pd.scratchpad_desc();
       dsrc = pd.diff_src_desc();
       dwei = pd.weights_desc();
       ddst = pd.diff_dst_desc();
     } else {
       auto pd = deconvolution_backward_data::primitive_desc(
           eng(), algorithm::deconvolution_direct, q.prim_src(), q.prim_wei(), q.prim_dst(), p.s,
-          p.d, p.pl, p.pr, deconv_hint(q));
+          p.d, p.pl, p.pr, deconv_hint(q), user_scratchpad());
       e->prim = deconvolution_backward_data(pd);
+      e->scratch = pd.scratchpad_desc();
       dsrc = pd.diff_src_desc();
       dwei = pd.weights_desc();
       ddst = pd.diff_dst_desc();
@@ -350,9 +378,11 @@ void conv_backward_data(const int64_t* raw, void* diff_dst, void* wei, void* dif
   memory mdd = e->diff_dst.in(p.user_dst(), diff_dst);
   memory mwei = e->wei.in(p.user_wei(), wei);
   memory mds = e->diff_src.out(p.user_src(), diff_src);
-  e->prim.execute(strm(), {{DNNL_ARG_DIFF_DST, mdd}, {DNNL_ARG_WEIGHTS, mwei},
-                           {DNNL_ARG_DIFF_SRC, mds}});
-  e->diff_src.flush(p.user_src(), diff_src);
+  e->prim.execute(strm(), {{DNNL_ARG_DIFF_DST, mdd},
+                           {DNNL_ARG_WEIGHTS, mwei},
+                           {DNNL_ARG_DIFF_SRC, mds},
+                           {DNNL_ARG_SCRATCHPAD, scratchpad(e->scratch)}});
+  e->diff_src.flush(mds, p.user_src(), diff_src);
   strm().wait();
 }
 
@@ -369,16 +399,18 @@ void conv_backward_weights(const int64_t* raw, void* src, void* diff_dst, void* 
     if (p.kind == 0) {
       auto pd = convolution_backward_weights::primitive_desc(
           eng(), algorithm::convolution_direct, q.prim_src(), q.prim_wei(), p.bias_md(),
-          q.prim_dst(), p.s, p.d, p.pl, p.pr, conv_hint(q));
+          q.prim_dst(), p.s, p.d, p.pl, p.pr, conv_hint(q), user_scratchpad());
       e->prim = convolution_backward_weights(pd);
+      e->scratch = pd.scratchpad_desc();
       s = pd.src_desc();
       dw = pd.diff_weights_desc();
       dd = pd.diff_dst_desc();
     } else {
       auto pd = deconvolution_backward_weights::primitive_desc(
           eng(), algorithm::deconvolution_direct, q.prim_src(), q.prim_wei(), p.bias_md(),
-          q.prim_dst(), p.s, p.d, p.pl, p.pr, deconv_hint(q));
+          q.prim_dst(), p.s, p.d, p.pl, p.pr, deconv_hint(q), user_scratchpad());
       e->prim = deconvolution_backward_weights(pd);
+      e->scratch = pd.scratchpad_desc();
       s = pd.src_desc();
       dw = pd.diff_weights_desc();
       dd = pd.diff_dst_desc();
@@ -391,10 +423,13 @@ void conv_backward_weights(const int64_t* raw, void* src, void* diff_dst, void* 
   memory mdd = e->diff_dst.in(p.user_dst(), diff_dst);
   memory mdw = e->diff_wei.out(p.user_wei(), diff_wei);
   std::unordered_map<int, memory> args{
-      {DNNL_ARG_SRC, ms}, {DNNL_ARG_DIFF_DST, mdd}, {DNNL_ARG_DIFF_WEIGHTS, mdw}};
+      {DNNL_ARG_SRC, ms},
+      {DNNL_ARG_DIFF_DST, mdd},
+      {DNNL_ARG_DIFF_WEIGHTS, mdw},
+      {DNNL_ARG_SCRATCHPAD, scratchpad(e->scratch)}};
   if (p.has_bias) args[DNNL_ARG_DIFF_BIAS] = memory(p.bias_md(), eng(), diff_bias);
   e->prim.execute(strm(), args);
-  e->diff_wei.flush(p.user_wei(), diff_wei);
+  e->diff_wei.flush(mdw, p.user_wei(), diff_wei);
   strm().wait();
 }
 
@@ -421,7 +456,7 @@ memory::desc pool_md(const Params& p, const dims_t& dims, const memory::desc& us
 pooling_forward::primitive_desc pool_fwd_pd(const Params& p) {
   return pooling_forward::primitive_desc(
       eng(), fwd_prop(p), pool_alg(p), pool_md(p, p.src_dims(), p.user_src()),
-      pool_md(p, p.dst_dims(), p.user_dst()), p.s, p.k, p.d, p.pl, p.pr);
+      pool_md(p, p.dst_dims(), p.user_dst()), p.s, p.k, p.d, p.pl, p.pr, user_scratchpad());
 }
 
 PoolFwd* pool_fwd_entry(const Params& p) {
@@ -450,10 +485,11 @@ void pool_forward(const int64_t* raw, void* src, void* dst, void* ws) {
   PoolFwd* e = pool_fwd_entry(p);
   memory ms = e->src.in(p.user_src(), src);
   memory md = e->dst.out(p.user_dst(), dst);
-  std::unordered_map<int, memory> args{{DNNL_ARG_SRC, ms}, {DNNL_ARG_DST, md}};
+  std::unordered_map<int, memory> args{
+      {DNNL_ARG_SRC, ms}, {DNNL_ARG_DST, md}, {DNNL_ARG_SCRATCHPAD, scratchpad(e->pd.scratchpad_desc())}};
   if (e->ws_md.get_size() > 0) args[DNNL_ARG_WORKSPACE] = memory(e->ws_md, eng(), ws);
   e->prim.execute(strm(), args);
-  e->dst.flush(p.user_dst(), dst);
+  e->dst.flush(md, p.user_dst(), dst);
   strm().wait();
 }
 
@@ -467,18 +503,22 @@ void pool_backward(const int64_t* raw, void* diff_dst, void* diff_src, void* ws)
     auto hint = pool_fwd_entry(p)->pd;
     auto pd = pooling_backward::primitive_desc(
         eng(), pool_alg(p), pool_md(p, p.src_dims(), p.user_src()),
-        pool_md(p, p.dst_dims(), p.user_dst()), p.s, p.k, p.d, p.pl, p.pr, hint);
+        pool_md(p, p.dst_dims(), p.user_dst()), p.s, p.k, p.d, p.pl, p.pr, hint,
+        user_scratchpad());
     e->prim = pooling_backward(pd);
+    e->scratch = pd.scratchpad_desc();
     e->diff_dst.setup(p.user_dst(), pd.diff_dst_desc(), false);
     e->diff_src.setup(p.user_src(), pd.diff_src_desc(), true);
     e->ws_md = pd.workspace_desc();
   }
   memory mdd = e->diff_dst.in(p.user_dst(), diff_dst);
   memory mds = e->diff_src.out(p.user_src(), diff_src);
-  std::unordered_map<int, memory> args{{DNNL_ARG_DIFF_DST, mdd}, {DNNL_ARG_DIFF_SRC, mds}};
+  std::unordered_map<int, memory> args{{DNNL_ARG_DIFF_DST, mdd},
+                                       {DNNL_ARG_DIFF_SRC, mds},
+                                       {DNNL_ARG_SCRATCHPAD, scratchpad(e->scratch)}};
   if (e->ws_md.get_size() > 0) args[DNNL_ARG_WORKSPACE] = memory(e->ws_md, eng(), ws);
   e->prim.execute(strm(), args);
-  e->diff_src.flush(p.user_src(), diff_src);
+  e->diff_src.flush(mds, p.user_src(), diff_src);
   strm().wait();
 }
 
@@ -492,7 +532,8 @@ std::string impl_name(const int64_t* raw, int which) {
     if (which == 0) return fwd.impl_info_str();
     return pooling_backward::primitive_desc(
                eng(), pool_alg(p), pool_md(p, p.src_dims(), p.user_src()),
-               pool_md(p, p.dst_dims(), p.user_dst()), p.s, p.k, p.d, p.pl, p.pr, fwd)
+               pool_md(p, p.dst_dims(), p.user_dst()), p.s, p.k, p.d, p.pl, p.pr, fwd,
+               user_scratchpad())
         .impl_info_str();
   }
   const Params q = resolve_layout(p);
@@ -501,23 +542,23 @@ std::string impl_name(const int64_t* raw, int which) {
     if (which == 1) {
       return convolution_backward_data::primitive_desc(eng(), algorithm::convolution_direct,
                                                        q.prim_src(), q.prim_wei(), q.prim_dst(),
-                                                       q.s, q.d, q.pl, q.pr, conv_hint(q))
+                                                       q.s, q.d, q.pl, q.pr, conv_hint(q), user_scratchpad())
           .impl_info_str();
     }
     return convolution_backward_weights::primitive_desc(
                eng(), algorithm::convolution_direct, q.prim_src(), q.prim_wei(), q.bias_md(),
-               q.prim_dst(), q.s, q.d, q.pl, q.pr, conv_hint(q))
+               q.prim_dst(), q.s, q.d, q.pl, q.pr, conv_hint(q), user_scratchpad())
         .impl_info_str();
   }
   if (which == 1) {
     return deconvolution_backward_data::primitive_desc(
                eng(), algorithm::deconvolution_direct, q.prim_src(), q.prim_wei(), q.prim_dst(),
-               q.s, q.d, q.pl, q.pr, deconv_hint(q))
+               q.s, q.d, q.pl, q.pr, deconv_hint(q), user_scratchpad())
         .impl_info_str();
   }
   return deconvolution_backward_weights::primitive_desc(
              eng(), algorithm::deconvolution_direct, q.prim_src(), q.prim_wei(), q.bias_md(),
-             q.prim_dst(), q.s, q.d, q.pl, q.pr, deconv_hint(q))
+             q.prim_dst(), q.s, q.d, q.pl, q.pr, deconv_hint(q), user_scratchpad())
       .impl_info_str();
 }
 
