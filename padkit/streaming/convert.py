@@ -512,8 +512,11 @@ def convert_causal(
 
     for i, (probe_x, ref) in enumerate(zip(probes, want)):
         try:
-            with _eval(net), torch.no_grad():
-                got = net(probe_x)
+            # each probe on a fresh copy, as the original's were: a module that keeps state
+            # across calls (a cache buffer it writes) starts from the same state
+            fresh = model_copy(net)
+            with _eval(fresh), torch.no_grad():
+                got = fresh(probe_x)
             why = "" if _close(got, ref, rtol, atol) else "different outputs"
         except Exception as err:
             why = f"it fails: {type(err).__name__}: {(str(err).splitlines() or [''])[0]}"
