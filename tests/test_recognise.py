@@ -407,6 +407,7 @@ def test_pad_read_twice_is_skipped_and_never_silent() -> None:
 # ----------------------------------------------------------------------------- encodec
 
 
+@pytest.mark.filterwarnings("ignore:`torch.nn.utils.weight_norm` is deprecated:FutureWarning")
 @pytest.mark.parametrize("pad_mode", ["constant", "reflect"])
 def test_encodec_seanet(pad_mode: str) -> None:
     modules = pytest.importorskip("encodec.modules", reason="encodec is not installed")

@@ -13,6 +13,14 @@ uses to replace a call). Calls are read into typed facts by what they do to the 
 * :class:`Crop`: a slice (``x[..., a:b]``, ``narrow``) that keeps a contiguous run of one
   axis, the other axes whole;
 * :class:`AxisMove`: ``transpose``/``permute``/``movedim`` (the permutation);
+* a view that keeps every element as it is (``x[..., :n]`` of a length-``n`` axis, ``x[:]``,
+  a reshape to the same shape) is the tensor it views: the record gives it its source's
+  identity, so a pad read through such a view is still read by the conv;
+* in-place writes (``x[...] = y``, ``copy_``, ``add_``...): ``mutates``, and
+  ``persistent`` when they write into a parameter's or buffer's storage (state a module
+  keeps across calls). :meth:`Record.live` says which calls the output (or such state)
+  depends on: a pad whose output also feeds a dead end (a fresh state object written and
+  thrown away) is still read by its convs only;
 * a conv or pool: an :class:`~padkit.op.Op`, from a functional call (``call_op``) or a
   module (``module_op``).
 
@@ -43,11 +51,45 @@ _CAT_NAMES = ("cat", "concat", "concatenate")
 _MOVE_NAMES = ("transpose", "swapaxes", "swapdims", "permute", "movedim", "moveaxis")
 #: calls that read a tensor's values without returning a tensor
 _VALUE_READS = ("equal", "allclose", "item", "tolist", "any", "all")
+#: in-place writes that return nothing (those ending in ``_`` are found by name)
+_WRITES = ("setitem",)
+
+
+def _writes(name: str) -> bool:
+    return (
+        name in _WRITES
+        or (name.endswith("_") and not name.startswith("_"))
+        or (name.startswith("i") and name[1:] in _INPLACE_OPS)
+    )
+
+
+_INPLACE_OPS = ("add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "and", "or", "xor")
+
+
+def _whole_view(x: Tensor, y: Tensor) -> bool:
+    """Whether ``y`` is a view of all of ``x`` as it is: same storage, offset, sizes, strides
+    and dtype (so the same values, element for element)."""
+    if y is x or y.numel() == 0 or x.is_sparse or y.is_sparse:
+        return False
+    try:
+        return bool(
+            y.shape == x.shape
+            and y.stride() == x.stride()
+            and y.dtype == x.dtype
+            and y.device == x.device
+            and y.storage_offset() == x.storage_offset()
+            and y.untyped_storage().data_ptr() == x.untyped_storage().data_ptr()
+            and y.is_conj() == x.is_conj()
+            and y.is_neg() == x.is_neg()
+        )
+    except (RuntimeError, NotImplementedError):
+        return False
 
 
 @dataclass(frozen=True)
 class Pad:
-    """A tensor padded: ``pairs[d] = (lo, hi)`` per dim of the source (0 for unpadded dims),
+    """A tensor padded: ``pairs[d] = (lo, hi)`` per dim of the source (0 for unpadded dims;
+    a ``F.pad`` call that pads nothing has only zeros),
     ``mode`` one of ``constant``, ``reflect``, ``replicate``, ``circular`` or ``state`` (a
     ``torch.cat`` with a buffer that is not constant), ``value`` the constant fill.
     ``form`` is ``'pad'`` (a pad call) or ``'cat'``; ``piece`` the source's index among the
@@ -119,6 +161,8 @@ class Call:
     pad: Pad | None = None
     crop: Crop | None = None
     move: AxisMove | None = None
+    mutates: bool = False
+    persistent: bool = False
 
 
 @dataclass
@@ -135,6 +179,31 @@ class Record:
     _tensors: dict[int, Tensor] = field(default_factory=dict, repr=False)
     _producer: dict[int, int] = field(default_factory=dict, repr=False)
     _readers: dict[int, list[int]] = field(default_factory=dict, repr=False)
+    _alias: dict[int, int] = field(default_factory=dict, repr=False)
+    _live: set[int] | None = field(default=None, repr=False)
+
+    def canonical(self, tid: int) -> int:
+        """The identity of the tensor ``tid`` views whole (itself when it views nothing)."""
+        return self._alias.get(tid, tid)
+
+    def live(self) -> set[int]:
+        """The indices of the calls that the output depends on, or that write into a
+        parameter's or buffer's storage (and the calls those depend on). A call outside
+        this set computes something nobody reads: a fresh state object filled and dropped."""
+        if self._live is not None:
+            return self._live
+        need = {self.canonical(id(t)) for t in _flat(self.output)}
+        live: set[int] = set()
+        for c in reversed(self.calls):
+            if (
+                c.persistent
+                or any(t in need for t in c.makes)
+                or (c.mutates and c.reads and c.reads[0] in need)
+            ):
+                live.add(c.index)
+                need.update(c.reads)
+        self._live = live
+        return live
 
     def tensor(self, tid: int) -> Tensor:
         """The tensor with identity ``tid`` seen during the run."""
@@ -236,17 +305,26 @@ def _read_move(name: str, x: Tensor, args: tuple[Any, ...]) -> tuple[int, ...] |
 
 
 class _Recorder(TorchFunctionMode):
-    def __init__(self, rec: Record, stack: list[int], buffers: dict[int, str]) -> None:
+    def __init__(
+        self, rec: Record, stack: list[int], buffers: dict[int, str], storages: set[int]
+    ) -> None:
         super().__init__()
         self.rec = rec
         self.stack = stack
         self.buffers = buffers
+        self.storages = storages
         self.counts: dict[tuple[int | None, str], int] = {}
         self.quiet = 0
 
     def keep(self, t: Tensor) -> int:
         self.rec._tensors.setdefault(id(t), t)
-        return id(t)
+        return self.rec.canonical(id(t))
+
+    def _persistent(self, t: Any) -> bool:
+        try:
+            return isinstance(t, Tensor) and t.untyped_storage().data_ptr() in self.storages
+        except (RuntimeError, NotImplementedError):
+            return False
 
     def __torch_function__(
         self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: Any = None
@@ -261,10 +339,23 @@ class _Recorder(TorchFunctionMode):
         ordinal = self.counts.get(key, 0)
         self.counts[key] = ordinal + 1
         made = _flat(out)
-        if not made and name not in _VALUE_READS:
+        x = args[0] if args else None
+        writes = _writes(name)
+        rec = self.rec
+        if (
+            not writes
+            and isinstance(out, Tensor)
+            and isinstance(x, Tensor)
+            and id(out) not in rec._tensors
+            and _whole_view(x, out)
+        ):
+            # the same tensor under another name: readers of the view read the source
+            rec._tensors[id(out)] = out
+            rec._alias[id(out)] = self.keep(x)
+            return out
+        if not made and name not in _VALUE_READS and not writes:
             return out
         read = _flat(list(args)) + _flat(list(kwargs.values()))
-        rec = self.rec
         call = Call(
             len(rec.calls),
             name,
@@ -273,14 +364,17 @@ class _Recorder(TorchFunctionMode):
             tuple(self.keep(t) for t in read),
             tuple(self.keep(t) for t in made),
         )
+        if writes:
+            call.mutates = True
+            call.persistent = self._persistent(x)
         # a fact that cannot be read is no fact; the call stands
         with contextlib.suppress(Exception):
             self._facts(call, func, name, args, kwargs, out)
         rec.calls.append(call)
-        for t in read:
-            rec._readers.setdefault(id(t), []).append(call.index)
-        for t in made:
-            rec._producer.setdefault(id(t), call.index)
+        for tid in dict.fromkeys(call.reads):
+            rec._readers.setdefault(tid, []).append(call.index)
+        for tid in call.makes:
+            rec._producer.setdefault(tid, call.index)
         return out
 
     def _facts(self, call: Call, func: Any, name: str, args: Any, kwargs: Any, out: Any) -> None:
@@ -289,17 +383,17 @@ class _Recorder(TorchFunctionMode):
             pc = call_pad(func, args, kwargs)
             if pc is not None and all(a >= 0 and b >= 0 for a, b in pc.pairs):
                 pairs = [(0, 0)] * (x.dim() - len(pc.pairs)) + list(pc.pairs)
-                if any(p != (0, 0) for p in pairs):
-                    mode = pc.mode
-                    call.pad = Pad(id(x), tuple(pairs), mode, pc.value)
+                # a pad of nothing is kept too: code that pads (0, extra) pads nothing at
+                # some lengths, and a module whose pad is all it adds is still recognised
+                call.pad = Pad(self.keep(x), tuple(pairs), pc.mode, pc.value)
         elif name in _CAT_NAMES and isinstance(x, (list, tuple)) and isinstance(out, Tensor):
             call.pad = self._cat(x, args, kwargs, out)
         elif name in _CROP_NAMES and isinstance(x, Tensor) and isinstance(out, Tensor):
             found = _read_crop(x, out)
             if found is not None and (found[1] or found[2]):
-                call.crop = Crop(id(x), *found)
+                call.crop = Crop(self.keep(x), *found)
         elif name in _MOVE_NAMES and isinstance(x, Tensor):
-            call.move = AxisMove(id(x), _read_move(name, x, args))
+            call.move = AxisMove(self.keep(x), _read_move(name, x, args))
         else:
             call.op = call_op(func, args, kwargs)
 
@@ -309,6 +403,12 @@ class _Recorder(TorchFunctionMode):
         if len(ts) != len(pieces) or len(ts) < 2 or not isinstance(dim, int):
             return None
         dim %= out.dim()
+        edge = _edge_pad(ts, dim)
+        if edge is not None:
+            i, before, after, emode = edge
+            pairs = [(0, 0)] * out.dim()
+            pairs[dim] = (before, after)
+            return Pad(self.keep(ts[i]), tuple(pairs), emode, 0.0, "cat", i)
         main: int | None = None
         value: float | None = None
         state = ""
@@ -334,8 +434,46 @@ class _Recorder(TorchFunctionMode):
         pairs = [(0, 0)] * out.dim()
         pairs[dim] = (before, after)
         if state:
-            return Pad(id(ts[main]), tuple(pairs), "state", 0.0, "cat", main, state)
-        return Pad(id(ts[main]), tuple(pairs), "constant", float(value or 0.0), "cat", main)
+            return Pad(self.keep(ts[main]), tuple(pairs), "state", 0.0, "cat", main, state)
+        return Pad(self.keep(ts[main]), tuple(pairs), "constant", float(value or 0.0), "cat", main)
+
+
+def _edge_pad(ts: list[Tensor], dim: int) -> tuple[int, int, int, str] | None:
+    """``(main piece, before, after, mode)`` when the other pieces of a ``torch.cat`` are
+    the main piece's edge samples repeated (``replicate``) or mirrored (``reflect``). A
+    piece of zeros is a zero pad, never read as this (a zero edge sample is common)."""
+    for i, m in enumerate(ts):
+        n = int(m.shape[dim])
+        if n < 2 or _constant(m) is not None:
+            continue
+        before = [t for t in ts[:i] if t.numel()]
+        after = [t for t in ts[i + 1 :] if t.numel()]
+        if not before and not after:
+            return None
+        if any(_constant(t) == 0.0 for t in before + after):
+            continue
+        b = sum(int(t.shape[dim]) for t in before)
+        a = sum(int(t.shape[dim]) for t in after)
+        lead = torch.cat(before, dim) if before else None
+        tail = torch.cat(after, dim) if after else None
+        for mode in ("replicate", "reflect"):
+            if mode == "reflect" and max(a, b) >= n:
+                continue
+            ok = True
+            for side, piece, k in (("lo", lead, b), ("hi", tail, a)):
+                if piece is None:
+                    continue
+                if mode == "replicate":
+                    src = m.narrow(dim, 0 if side == "lo" else n - 1, 1)
+                    want = src.expand_as(piece)
+                else:
+                    want = m.narrow(dim, 1 if side == "lo" else n - 1 - k, k).flip(dim)
+                if want.shape != piece.shape or not bool(torch.equal(want, piece)):
+                    ok = False
+                    break
+            if ok:
+                return i, b, a, mode
+    return None
 
 
 def record(model: nn.Module, *inputs: Any, **kwargs: Any) -> Record:
@@ -351,10 +489,14 @@ def record(model: nn.Module, *inputs: Any, **kwargs: Any) -> Record:
     buffers: dict[int, str] = {}
     for path, m in model.named_modules(remove_duplicate=False):
         paths.setdefault(id(m), path)
+    storages: set[int] = set()
     for bname, b in model.named_buffers(remove_duplicate=False):
         buffers.setdefault(id(b), bname)
+    for t in [*model.buffers(), *model.parameters()]:
+        with contextlib.suppress(RuntimeError, NotImplementedError):
+            storages.add(t.untyped_storage().data_ptr())
     stack: list[int] = []
-    mode = _Recorder(rec, stack, buffers)
+    mode = _Recorder(rec, stack, buffers, storages)
 
     def pre(m: nn.Module, args: Any) -> None:
         mode.quiet += 1

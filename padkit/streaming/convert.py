@@ -35,6 +35,7 @@ converted model must give the original's outputs on both probes (else
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -404,7 +405,11 @@ def convert_causal(
         return paths.get(id(m), ["?"])[0] or "<model>"
 
     def put(old: nn.Module, new: nn.Module) -> None:
-        for p in paths.get(id(old), []):
+        where = paths.get(id(old))
+        if not where:  # made by an earlier pass of this call: find it where it is now
+            where = [p for p, m in net.named_modules(remove_duplicate=False) if m is old]
+        paths[id(new)] = list(where)
+        for p in where:
             if p == "":
                 raise SurgeryError(f"{fname}(): cannot replace the root module itself")
             net.set_submodule(p, new, strict=True)
@@ -507,8 +512,11 @@ def convert_causal(
 
     for i, (probe_x, ref) in enumerate(zip(probes, want)):
         try:
-            with _eval(net), torch.no_grad():
-                got = net(probe_x)
+            # each probe on a fresh copy, as the original's were: a module that keeps state
+            # across calls (a cache buffer it writes) starts from the same state
+            fresh = model_copy(net)
+            with _eval(fresh), torch.no_grad():
+                got = fresh(probe_x)
             why = "" if _close(got, ref, rtol, atol) else "different outputs"
         except Exception as err:
             why = f"it fails: {type(err).__name__}: {(str(err).splitlines() or [''])[0]}"
@@ -556,6 +564,7 @@ class _Found:
 
     def __init__(self, kind: str, piece: int | None) -> None:
         self.kind, self.piece = kind, piece
+        self.zero = False  # a pad call that pads nothing
         self.convs: dict[str, tuple[Any, ...]] = {}
 
 
@@ -614,6 +623,8 @@ def _move_code_pads(
         def inside(i: int | None, in_conv: list[bool] = in_conv) -> bool:
             return i is not None and in_conv[i]
 
+        live = rec.live()
+
         for call in rec.calls:
             if (call.pad is None and call.crop is None) or inside(call.owner):
                 continue
@@ -630,17 +641,22 @@ def _move_code_pads(
                     continue
                 f = _Found("pad", pad.piece if pad.form == "cat" else None)
                 found.setdefault(key, []).append(f)
+                f.zero = not pad.padded_dims()
                 if pad.mode == "state":
                     bad[key] = f"it concatenates the buffer {pad.state!r} (a state) to its input"
                     continue
                 if not feeds:
-                    r0 = readers[0]
+                    r0 = next((r for r in readers if r.index in live), readers[0])
                     bad[key] = (
                         f"its output is read by {r0.name} in {_where(rec, r0.owner)}, "
                         "not by a conv module"
                     )
                     continue
-                other = [r for r in readers if not any(rec.within(r.owner, c.index) for c in feeds)]
+                other = [
+                    r
+                    for r in readers
+                    if r.index in live and not any(rec.within(r.owner, c.index) for c in feeds)
+                ]
                 if other:
                     r0 = other[0]
                     bad[key] = (
@@ -673,7 +689,7 @@ def _move_code_pads(
                 others = [
                     r
                     for r in rec.readers(crop.source)
-                    if r is not call and not rec.within(r.owner, c.index)
+                    if r is not call and r.index in live and not rec.within(r.owner, c.index)
                 ]
                 if others:
                     r0 = others[0]
@@ -700,6 +716,12 @@ def _move_code_pads(
             whole[key] = whole.get(key, True) and owner.inputs[:1] == (src,) and same_out
 
     keys = set().union(*per_probe)
+    # pad calls that pad nothing on every probe: the identity wherever they are; they move
+    # nothing, and count only where they are all a module adds around its child
+    nothing = {
+        k for k in keys if all(k in found and all(f.zero for f in found[k]) for found in per_probe)
+    }
+    keys -= nothing
     for key in keys:
         held = mods.get(key[0])
         if held is not None and id(held) in done:
@@ -748,7 +770,7 @@ def _move_code_pads(
                 Skip(key[0] or "<model>", f"{key[1]} call {key[2]} in its forward: {bad[key]}")
             )
     good = sorted(k for k in keys if k not in bad)
-    if not good:
+    if not good and not nothing:
         return net
     for cpath, pairs in plans.items():
         old: Any = mods[cpath]
@@ -792,43 +814,134 @@ def _move_code_pads(
     for key in good:
         piece = per_probe[0][key][0].piece
         tables.setdefault(key[0], {})[(key[1], key[2])] = _Source(piece)
-    for opath, table in tables.items():
-        owner = mods[opath]
-        names = ", ".join(f"{n} call {i}" for n, i in sorted(table))
-        simple = (
-            all(whole.get((opath, n, i), False) for n, i in table)
-            and not list(owner.children())
-            and not list(owner.parameters(recurse=False))
-            and not list(owner.buffers(recurse=False))
-            and opath != ""
-        )
-        if simple:
-            put(owner, nn.Identity())
+    idle: dict[str, set[tuple[str, int]]] = {}
+    for key in nothing:
+        idle.setdefault(key[0], set()).add((key[1], key[2]))
+    # modules whose own code computes only what their output does not read around one
+    # child call (state objects made and dropped, checks of the length): they are that
+    # child's call, and the code that would run on every chunk goes
+    rec0 = recs[0]
+    live0 = rec0.live()
+    for mc in rec0.modules:
+        if mc.path and mc.op is None and mc.path not in idle and mc.path not in tables:
+            own = list(rec0.own_calls(mc.index))
+            if own and not any(c.index in live0 for c in own):
+                idle[mc.path] = set()
+    for opath in sorted(set(tables) | set(idle)):
+        table = tables.get(opath, {})
+        holder = mods.get(opath)
+        if holder is None or id(holder) in done:
+            continue
+        moved = set(table) | idle.get(opath, set())
+        child = _passes_to_child(recs, opath, moved, holder) if opath else None
+        if child is not None:
+            put(holder, _calling_child(holder, child))
+            calls = ", ".join(f"{n} call {i}" for n, i in sorted(moved))
+            cname = type(holder).__name__
             report.changes.append(
                 Change(
                     opath,
-                    type(owner).__name__,
+                    cname,
+                    f"{cname} that calls its {child!r} only",
+                    ("code",),
+                    detail=(
+                        f"its {calls} moved into the conv(s) it fed or cropped (or padded "
+                        "nothing); the rest of its forward computed nothing its output reads"
+                    )
+                    if moved
+                    else f"its forward computed nothing its output reads besides calling "
+                    f"{child!r} on its input",
+                )
+            )
+            continue
+        if not table:
+            continue
+        names = ", ".join(f"{n} call {i}" for n, i in sorted(table))
+        simple = (
+            all(whole.get((opath, n, i), False) for n, i in table)
+            and not list(holder.children())
+            and not list(holder.parameters(recurse=False))
+            and not list(holder.buffers(recurse=False))
+            and opath != ""
+        )
+        if simple:
+            put(holder, nn.Identity())
+            report.changes.append(
+                Change(
+                    opath,
+                    type(holder).__name__,
                     "Identity",
                     ("removed",),
                     detail=f"its {names} moved into the conv(s) it fed or cropped",
                 )
             )
             continue
-        new_owner = rewired(owner, Dispatch(table), f"{names} moved into padkit convs")
+        new_holder = rewired(holder, Dispatch(table), f"{names} moved into padkit convs")
         if opath == "":
-            net = new_owner
+            net = new_holder
         else:
-            put(owner, new_owner)
+            put(holder, new_holder)
         report.changes.append(
             Change(
                 opath or "<model>",
-                type(owner).__name__,
-                f"{type(owner).__name__} without its {names}",
+                type(holder).__name__,
+                f"{type(holder).__name__} without its {names}",
                 ("code",),
                 detail=f"its {names} moved into the conv(s) it fed or cropped",
             )
         )
     return net
+
+
+def _calling_child(module: nn.Module, child: str) -> nn.Module:
+    """A shallow copy of ``module``, an instance of its class, whose forward calls ``child``."""
+    new = copy.copy(module)
+    new.__class__ = unpadded_class(getattr(type(module), "_padkit_base", type(module)))
+    new.__dict__["_padkit_child"] = child
+    return new
+
+
+def _passes_to_child(
+    recs: list[Record], opath: str, moved: set[tuple[str, int]], owner: nn.Module
+) -> str | None:
+    """The name of ``owner``'s child when, on every probe, ``owner``'s output is that child's
+    output run on ``owner``'s input, through the moved pads before it and crops after it
+    only (by tensor identity), and ``owner`` writes no parameter or buffer: with those calls
+    moved into the conv, ``owner`` computes ``child(input)``. None otherwise."""
+    names = {f"{opath}.{n}": n for n, _ in owner.named_children()}
+    found: set[str] = set()
+    for rec in recs:
+        calls = rec.module_calls(opath)
+        if not calls:
+            return None
+        for oc in calls:
+            kids = [mc for mc in rec.modules if mc.parent == oc.index]
+            if len(kids) != 1 or kids[0].path not in names:
+                return None
+            kid = kids[0]
+            if len(oc.inputs) < 1 or len(oc.outputs) != 1 or len(kid.outputs) != 1:
+                return None
+            own = [c for c in rec.own_calls(oc.index)]
+            if any(c.persistent for c in own):
+                return None
+            steps = {c.makes[0]: c for c in own if (c.name, c.ordinal) in moved and c.makes}
+            used = 0
+            t = oc.outputs[0]
+            while t != kid.outputs[0]:  # back from the output through the moved crops
+                c = steps.get(t)
+                if c is None or c.crop is None:
+                    return None
+                t, used = c.crop.source, used + 1
+            t = kid.inputs[0] if kid.inputs else -1
+            while t != oc.inputs[0]:  # back from the child's input through the moved pads
+                c = steps.get(t)
+                if c is None or c.pad is None:
+                    return None
+                t, used = c.pad.source, used + 1
+            if used != len(steps):
+                return None
+            found.add(names[kid.path])
+    return found.pop() if len(found) == 1 else None
 
 
 def _resolve(
