@@ -1,29 +1,50 @@
-"""The stream's self-check: a probe of the whole model against its plan, before the first step.
+"""The stream's self-check: what the model's modules compute over time, measured, and a probe
+of the whole model against its plan, before the first step for an input shape.
 
 A model may pad or slice the time axis in tensor code the runner does not see (a wrapper
-module calling ``F.pad`` before its conv child, ``x[..., :-p]`` after a transposed conv):
-that code runs on every chunk as written, and the stream would return a wrong length, wrong
-values or a raw torch error. Before the first step for an input shape,
-:func:`probe_stream` runs the model once on a random sequence of a few total strides, and
-streams the same sequence in chunks of 1, 7 and the rest, recording every module's output
-on both runs (forward hooks on the model's modules, removed afterwards; a reflect-padded
-model's probe starts with a chunk that completes its start-up hold). The first module
-(in the order they return) whose streamed outputs, concatenated on their time axis, do not
-give its full-sequence output, or that raises while streaming, is named in a
-:class:`padkit.PaddingError`.
+module calling ``F.pad`` before its conv child, ``x[..., :-p]`` after a transposed conv), or
+hold modules that mix time steps (attention or a norm over the whole sequence, written by
+hand): that code runs on every chunk as written, and the stream would return a wrong length,
+wrong values or a raw torch error. :func:`probe_stream` does, on a random sequence of a few
+total strides (a length the model accepts: when the model refuses one, longer ones are
+tried):
+
+1. a full-sequence run, recording every module's inputs and outputs (forward hooks on the
+   model's modules, removed afterwards), and a second at another length, which tells each
+   tensor's time axis (the axis whose size follows the sequence length);
+2. the measurement of each leaf module that is not elementwise (an unknown module, a
+   channel-wise one that could be applied along time, one declared in ``allow=``): on a
+   float64 copy where it can make one, its input at one time step is perturbed, and the
+   outputs that change are recorded. A module whose output ``t`` depends on its input ``t``
+   only acts on each time step on its own and streams as written; any other is refused with
+   the dependency measured ("output 0 depends on input 19"); one that cannot be measured
+   and that no list or ``allow=`` names is a question to the user, naming it;
+3. (``check=True``) the same sequence streamed in chunks of 1, 7 and the rest (then
+   :meth:`~padkit.streaming.StreamingModule.flush` in lookahead mode, whose steps' outputs
+   are compared where they are final), recording every module's outputs. The first module
+   (in the order they return) whose streamed outputs do not give its full-sequence output,
+   or that raises while streaming, is named in a :class:`padkit.PaddingError`, with the
+   difference and what a measurement of it finds.
+
+The model's parameters and buffers are the same tensors, with the same values, after the
+probe as before it (BatchNorm running statistics included).
 """
 
 from __future__ import annotations
 
+import copy
 import math
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import torch
 from torch import Tensor, nn
+from torch.utils._pytree import tree_flatten, tree_unflatten
 
 from ..spec import PaddingError
 
-__all__ = ["probe_stream"]
+__all__ = ["ModelRaised", "model_raised", "probe_lengths", "probe_stream", "unchanged"]
 
 _HINT = (
     "Its forward runs as written on every chunk: padding or slicing the time axis there "
@@ -33,26 +54,186 @@ _HINT = (
     "layers; StreamingModule(..., check=False) skips this check"
 )
 
+_AMBIGUOUS = -1  # several axes of a tensor follow the sequence length
+
+
+# ----------------------------------------------------------------------------- model errors
+
+
+class ModelRaised(PaddingError):
+    """The model's own code raised while the stream ran it: names the deepest module whose
+    forward raised and the chunk length it was given."""
+
+    def __init__(self, message: str, label: str, error: BaseException, length: int) -> None:
+        super().__init__(message)
+        self.label = label
+        self.error = error
+        self.length = length
+
+
+def _first_line(err: BaseException) -> str:
+    text = str(err).strip().splitlines()
+    return f"{type(err).__name__}: {text[0]}" if text else type(err).__name__
+
+
+def raiser(err: BaseException, names: dict[int, str]) -> tuple[str | None, Any]:
+    """The deepest module (by ``names``: id to label) whose code is on ``err``'s traceback,
+    and the first tensor it was called with (None where none is found)."""
+    found: tuple[str | None, Any] = (None, None)
+    tb = err.__traceback__
+    while tb is not None:
+        frame = tb.tb_frame
+        try:
+            local = frame.f_locals
+        except Exception:  # pragma: no cover - a frame whose locals cannot be read
+            local = {}
+        owner = local.get("self")
+        if owner is not None and id(owner) in names:
+            code = frame.f_code
+            argnames = code.co_varnames[1 : code.co_argcount + 1 + bool(code.co_flags & 4)]
+            first = None
+            for arg in argnames:
+                value = local.get(arg)
+                if isinstance(value, (tuple, list)):
+                    value = next((v for v in value if isinstance(v, Tensor)), None)
+                if isinstance(value, Tensor):
+                    first = value
+                    break
+            found = (names[id(owner)], first)
+        tb = tb.tb_next
+    return found
+
+
+def model_raised(
+    err: BaseException, names: dict[int, str], model: nn.Module, length: int, where: str
+) -> ModelRaised:
+    """The padkit error for ``err``, raised by the model's code on a run of ``length``
+    samples (``where``: what ran it, e.g. ``"step()"``)."""
+    label, first = raiser(err, names)
+    if label is None:
+        what = f"{type(model).__name__} '<model>'"
+    else:
+        mod = _get(model, label)
+        what = f"{type(mod).__name__} {label!r}" if mod is not None else repr(label)
+    shape = f" (its input: shape {tuple(first.shape)})" if isinstance(first, Tensor) else ""
+    return ModelRaised(
+        f"{where}: {what} raised {_first_line(err)} on a chunk of {length} sample(s){shape}",
+        what,
+        err,
+        length,
+    )
+
+
+def _get(model: nn.Module, label: str) -> nn.Module | None:
+    if label == "<model>":
+        return model
+    try:
+        return model.get_submodule(label)
+    except AttributeError:
+        return None
+
+
+def probe_lengths(start: int, hop: int, minimum: int, also: int = 0) -> list[int]:
+    """Lengths to try, shortest first, when a model refuses ``start``: multiples of ``hop``
+    from ``minimum`` (derived from the model's windows) doubling, and multiples of ``also``
+    (a chunk length the caller was given)."""
+    hop = max(hop, 1)
+    base = hop * max(1, math.ceil(max(start, minimum, 1) / hop))
+    out = [start, base, base + hop]
+    n = base
+    for _ in range(6):
+        n *= 2
+        out.append(n)
+    if also > 0:
+        m = also * max(1, math.ceil(max(start, minimum) / also))
+        out += [m, also, 2 * m, 4 * m]
+    seen: list[int] = []
+    for v in out:
+        if v > 0 and v not in seen and v <= 1 << 16:
+            seen.append(v)
+    return seen
+
+
+# ----------------------------------------------------------------------------- parameters
+
+
+@contextmanager
+def unchanged(model: nn.Module, buffers_only: bool = False) -> Iterator[None]:
+    """Every parameter and buffer of ``model`` (``buffers_only``: every buffer) is,
+    afterwards, the tensor it was before, holding the values it held (a probe that updates
+    running statistics, counters or caches in its forward leaves no trace)."""
+    saved: list[tuple[dict[str, Any], str, Any, Tensor]] = []
+    for m in model.modules():
+        tables = (m._buffers,) if buffers_only else (m._parameters, m._buffers)
+        for table in tables:
+            for k, t in table.items():
+                if isinstance(t, Tensor):
+                    saved.append((table, k, t, t.detach().clone()))
+    try:
+        yield
+    finally:
+        with torch.no_grad():
+            for table, k, t, value in saved:
+                table[k] = t
+                if t.shape != value.shape:
+                    t.data = value
+                elif not torch.equal(t, value):
+                    t.copy_(value)
+
+
+# ----------------------------------------------------------------------------- recording
+
+
+def _tensors(obj: Any) -> list[Any]:
+    leaves, _ = tree_flatten(obj)
+    return leaves
+
+
+def _clone(obj: Any) -> Any:
+    leaves, spec = tree_flatten(obj)
+    return tree_unflatten(
+        [v.detach().clone() if isinstance(v, Tensor) else v for v in leaves], spec
+    )
+
+
+class _Call:
+    """One module call: its inputs (full runs), output, and where it sits in the run."""
+
+    __slots__ = ("args", "enter", "exit", "kwargs", "out")
+
+    def __init__(self, args: Any, kwargs: Any, enter: int) -> None:
+        self.args, self.kwargs, self.enter = args, kwargs, enter
+        self.out: Any = None
+        self.exit = -1
+
 
 class _Recorder:
-    """Forward hooks on every module of a model: each call's output, and the call stack."""
+    """Forward hooks on the model's modules: each call's inputs (``inputs``) and output, the
+    order modules return in, and the stack of modules running (the deepest that raised)."""
 
-    def __init__(self, model: nn.Module, skip: set[int]) -> None:
+    def __init__(self, model: nn.Module, streamed: set[int]) -> None:
         self.names: dict[int, str] = {}
         self.modules: dict[int, nn.Module] = {}
         for name, m in model.named_modules():
-            if id(m) not in skip:
-                self.names[id(m)] = name or "<model>"
-                self.modules[id(m)] = m
-        self.outputs: dict[int, list[Any]] = {}
+            self.names[id(m)] = name or "<model>"
+            self.modules[id(m)] = m
+        self.streamed = streamed
+        self.calls: dict[int, list[_Call]] = {}
         self.order: list[int] = []
-        self.stack: list[int] = []
+        self.stack: list[tuple[int, _Call]] = []
         self.handles: list[Any] = []
         self.on = False
+        self.inputs = False  # record inputs too (full runs)
+        self.counter = 0
+
+    def reset(self, inputs: bool) -> None:
+        self.calls, self.order, self.stack = {}, [], []
+        self.inputs = inputs
+        self.counter = 0
 
     def __enter__(self) -> _Recorder:
         for key, m in self.modules.items():
-            self.handles.append(m.register_forward_pre_hook(self._pre(key)))
+            self.handles.append(m.register_forward_pre_hook(self._pre(key), with_kwargs=True))
             self.handles.append(m.register_forward_hook(self._post(key)))
         return self
 
@@ -62,138 +243,638 @@ class _Recorder:
         self.handles.clear()
 
     def _pre(self, key: int) -> Any:
-        def hook(mod: nn.Module, args: Any) -> None:
-            if self.on:
-                self.stack.append(key)
+        def hook(mod: nn.Module, args: Any, kwargs: Any) -> None:
+            if not self.on or (key in self.streamed and not self.inputs):
+                return None
+            self.counter += 1
+            if self.inputs:
+                call = _Call(_clone(args), _clone(kwargs), self.counter)
+            else:
+                call = _Call(None, None, self.counter)
+            self.stack.append((key, call))
+            return None
 
         return hook
 
     def _post(self, key: int) -> Any:
         def hook(mod: nn.Module, args: Any, out: Any) -> None:
-            if not self.on:
+            if not self.on or not self.stack or self.stack[-1][0] != key:
                 return
-            if self.stack and self.stack[-1] == key:
-                self.stack.pop()
-            if key not in self.outputs:
+            _, call = self.stack.pop()
+            self.counter += 1
+            call.exit = self.counter
+            call.out = _clone(out)
+            if key not in self.calls:
                 self.order.append(key)
-            value = out.detach() if isinstance(out, Tensor) else None
-            self.outputs.setdefault(key, []).append(value)
+            self.calls.setdefault(key, []).append(call)
 
         return hook
 
+    def label(self, key: int) -> str:
+        return f"{type(self.modules[key]).__name__} {self.names[key]!r}"
 
-def probe_stream(stream: Any, chunk: Tensor) -> None:
-    """Stream a random sequence shaped like ``chunk`` through ``stream`` and compare every
-    module with the full-sequence run; raise :class:`PaddingError` naming the first module
-    that streams wrongly."""
-    model: nn.Module = stream.model
-    axis = stream.axis if stream.axis >= 0 else chunk.dim() + stream.axis
-    hop = 1
-    for plan in stream._plans.values():
-        if plan.kind != "convt":
-            hop *= max(int(plan.stride), 1)
-    hop = min(hop, 1 << 14)
-    n = hop * max(3, math.ceil(24 / hop))
-    sizes = [1, 7, n - 8] if n > 8 else [1, n - 1]
-    # a reflect-padded model holds its input until its start-up is complete: the probe's
-    # first chunk completes it, the small chunks come after
-    startup = stream._startup_samples(chunk)
-    if startup > 0:
-        lead = hop * math.ceil(startup / hop)
-        sizes = [lead, *sizes]
-        n += lead
-    shape = list(chunk.shape)
-    shape[0] = 1
-    shape[axis] = n
-    gen = torch.Generator(device="cpu").manual_seed(1234)
-    x = torch.randn(shape, generator=gen, dtype=torch.float64).to(chunk.dtype).to(chunk.device)
-    skip = {id(stream._layer_by_name(name)) for name in [*stream._plans, *stream._rnn_plans]}
-    rec = _Recorder(model, skip)
-    with torch.no_grad(), rec:
+
+# ----------------------------------------------------------------------------- time axes
+
+
+def _axes(a: Any, b: Any) -> list[int | None]:
+    """Per tensor leaf of ``a`` and ``b`` (one call at two sequence lengths): the axis whose
+    size differs (the time axis), None where none does, ``_AMBIGUOUS`` where several do."""
+    la, lb = _tensors(a), _tensors(b)
+    out: list[int | None] = []
+    for x, y in zip(la, lb):
+        if not isinstance(x, Tensor) or not isinstance(y, Tensor) or x.dim() != y.dim():
+            out.append(None)
+            continue
+        diff = [i for i in range(x.dim()) if x.shape[i] != y.shape[i]]
+        out.append(diff[0] if len(diff) == 1 else (None if not diff else _AMBIGUOUS))
+    out += [None] * (len(la) - len(out))
+    return out
+
+
+# ----------------------------------------------------------------------------- measurement
+
+
+class _Finding:
+    """What a measurement found: a dependency across time steps (``q`` depends on ``p``), or
+    another reason the module does not act on each time step (``text``)."""
+
+    def __init__(
+        self, text: str, q: int = -1, p: int = -1, steps: int = 0, size: float = 0.0
+    ) -> None:
+        self.text, self.q, self.p, self.steps, self.size = text, q, p, steps, size
+        self.back: _Finding | None = None  # a dependency on an earlier input too
+
+
+def _float64_copy(module: nn.Module) -> nn.Module | None:
+    try:
+        dup = copy.deepcopy(module)
+        return dup.double()
+    except Exception:  # old-style weight norm's computed weight, foreign objects
+        return None
+
+
+def measure(
+    module: nn.Module,
+    args: Any,
+    kwargs: Any,
+    in_axes: list[int | None],
+    out_axes: list[int | None],
+    *,
+    lookahead: int | None = None,
+    behind: int | None = None,
+) -> _Finding | str | None:
+    """Whether ``module`` acts on each time step on its own, measured on its recorded input
+    (``in_axes``/``out_axes``: the time axis of each tensor leaf of its input and output).
+
+    Returns None (output ``t`` depends on input ``t`` only), a :class:`_Finding`, or a
+    string saying why it cannot be measured. ``lookahead``: report only dependencies that
+    reach more than that many steps ahead, or more than ``behind`` steps back (a module with
+    streamed layers, which read back by design: None reports none back); without it, any
+    other than output ``t`` on input ``t``.
+    """
+    leaves, spec = tree_flatten((args, kwargs))
+    timed = [(i, a) for i, a in enumerate(in_axes) if a is not None and i < len(leaves)]
+    if any(a == _AMBIGUOUS for _, a in timed):
+        return "several axes of its input follow the sequence length"
+    if not timed:
+        return None  # no input along time: the same on every chunk
+    if any(not leaves[i].is_floating_point() for i, _ in timed):
+        return "its input along time is not floating point"
+    lengths = {int(leaves[i].shape[a]) for i, a in timed}
+    if len(lengths) != 1:
+        return "its inputs along time have different lengths"
+    (steps,) = lengths
+    if steps < 2:
+        return "its input has one time step"
+    dup = _float64_copy(module)
+    run = dup if dup is not None else module
+    if dup is not None:
+        leaves = [
+            v.double() if isinstance(v, Tensor) and v.is_floating_point() else v for v in leaves
+        ]
+    rel = 1e-9 if dup is not None else 1e-5
+
+    def call(values: list[Any]) -> list[Any]:
+        a, k = tree_unflatten([v.clone() if isinstance(v, Tensor) else v for v in values], spec)
+        with torch.no_grad():
+            return _tensors(run(*a, **k))
+
+    try:
+        base = call(leaves)
+        again = call(leaves)
+    except Exception as err:
+        return f"it raises on its own recorded input ({_first_line(err)})"
+    if len(base) != len(out_axes) or len(again) != len(base):
+        return "its output's structure differs between runs"
+    tol: list[float] = []
+    for o, o2 in zip(base, again):
+        if not isinstance(o, Tensor) or not o.is_floating_point() or o.numel() == 0:
+            tol.append(math.inf)
+            continue
+        t = rel * (1.0 + float(o.abs().max()))
+        if o.shape != o2.shape or float((o - o2).abs().max()) > t:
+            return "its output differs between two runs on the same input (it is random)"
+        tol.append(t)
+    for j, ax in enumerate(out_axes):
+        o = base[j]
+        if ax == _AMBIGUOUS and tol[j] != math.inf:
+            return "several axes of its output follow the sequence length"
+        if ax is not None and ax != _AMBIGUOUS and int(o.shape[ax]) != steps:
+            return _Finding(
+                f"its output has {int(o.shape[ax])} time steps for its input's {steps}: it "
+                "resamples or pools time"
+            )
+    gen = torch.Generator(device="cpu").manual_seed(4321)
+    positions = sorted({p for p in (0, 1, steps // 2, steps - 2, steps - 1) if 0 <= p < steps})
+    ahead: _Finding | None = None  # the farthest output that reads a later input
+    back: _Finding | None = None  # the farthest output that reads an earlier one
+    for p in positions:
+        moved = list(leaves)
+        for i, a in timed:
+            v = moved[i].clone()
+            shape = list(v.shape)
+            shape[a] = 1
+            noise = torch.randn(shape, generator=gen, dtype=torch.float64).to(v.dtype)
+            v.narrow(a, p, 1).add_(noise.to(v.device))
+            moved[i] = v
+        try:
+            outs = call(moved)
+        except Exception as err:
+            return f"it raises on a perturbed input ({_first_line(err)})"
+        for j, (o0, o1) in enumerate(zip(base, outs)):
+            if tol[j] == math.inf or not isinstance(o1, Tensor) or o1.shape != o0.shape:
+                continue
+            d = (o1 - o0).abs()
+            ax = out_axes[j]
+            if ax is None:
+                if float(d.max()) > tol[j]:
+                    return _Finding(
+                        f"its output of shape {tuple(o0.shape)} has no time axis and changes "
+                        f"when input {p} (of {steps} time steps) changes: it pools over time",
+                        p=p,
+                        steps=steps,
+                    )
+                continue
+            per_t = d.movedim(ax, 0).reshape(steps, -1).amax(1)
+            for q in (per_t > tol[j]).nonzero().flatten().tolist():
+                if q == p:
+                    continue
+                if lookahead is not None:
+                    if q < p and p - q <= lookahead:
+                        continue
+                    if q > p and (behind is None or q - p <= behind):
+                        continue  # its streamed layers read back by design
+                found = _Finding("", q, p, steps, float(per_t[q]))
+                if q < p and (ahead is None or p - q > ahead.p - ahead.q):
+                    ahead = found
+                elif q > p and (back is None or q - p > back.q - back.p):
+                    back = found
+    if ahead is not None and back is not None:
+        ahead.back = back
+    if ahead is not None or back is not None or lookahead is not None:
+        return ahead or back
+    # a module run on a chunk sees those time steps alone: its output there must be the full
+    # run's (a positional encoding, or a scale by the length, differs)
+    for lo, hi in sorted({(1, steps), (0, steps - 1), (steps // 2, steps // 2 + 1)}):
+        part = list(leaves)
+        for i, a in timed:
+            part[i] = part[i].narrow(a, lo, hi - lo)
+        try:
+            outs = call(part)
+        except Exception:  # a module that needs more steps: the streamed probe tells
+            continue
+        for j, (o0, o1) in enumerate(zip(base, outs)):
+            ax = out_axes[j]
+            if tol[j] == math.inf or ax is None or not isinstance(o1, Tensor):
+                continue
+            ref = o0.narrow(ax, lo, hi - lo)
+            if o1.shape != ref.shape:
+                continue
+            d = float((o1 - ref).abs().max()) if ref.numel() else 0.0
+            if d > tol[j]:
+                return _Finding(
+                    f"run on its time steps {lo}..{hi - 1} alone (as a stream runs it on a "
+                    f"chunk), its output there differs from the full run's by {d:.3g}: it "
+                    "depends on where a time step sits or on how many there are (a positional "
+                    "encoding, a scale by the length)"
+                )
+    return None
+
+
+def describe(f: _Finding, ahead: int | None = None) -> str:
+    """``f`` as a sentence."""
+    if f.text:
+        return f.text
+    head = (
+        f"output {f.q} depends on input {f.p} (of {f.steps} time steps: a change of input "
+        f"{f.p} changes output {f.q} by {f.size:.3g})"
+    )
+    if f.q < f.p:
+        reach = f"{f.p - f.q} step(s) later"
+        if ahead:
+            reach += f", beyond the stream's lookahead of {ahead}"
+        if f.back is not None:
+            b = f.back
+            return (
+                f"{head}, and output {b.q} on input {b.p}: it mixes time steps in both "
+                f"directions (reading {reach}), as a norm or attention over the whole sequence "
+                "does; a stream has not seen the later ones yet"
+            )
+        return f"{head}: it reads time steps {reach}; a stream has not seen them yet"
+    return (
+        f"{head}: it carries earlier time steps forward in its own code (a cumulative, "
+        "recurrent or shifting op, or one reaching farther back than its streamed layers), "
+        "which runs on each chunk alone: the stream keeps no state for it"
+    )
+
+
+# ----------------------------------------------------------------------------- the probe
+
+
+class _Probe:
+    def __init__(self, stream: Any, chunk: Tensor) -> None:
+        self.stream = stream
+        self.model: nn.Module = stream.model
+        self.chunk = chunk
+        self.axis = stream.axis if stream.axis >= 0 else chunk.dim() + stream.axis
+        self.length = int(chunk.shape[self.axis])
+        hop = 1
+        for plan in stream._plans.values():
+            if plan.kind != "convt":
+                hop *= max(int(plan.stride), 1)
+        self.hop = min(hop, 1 << 14)
+        self.minimum = 1 + sum(
+            max(p.k_eff - 1, p.lo) for p in stream._plans.values() if p.kind != "convt"
+        )
+        streamed = {id(stream._layer_by_name(n)) for n in [*stream._plans, *stream._rnn_plans]}
+        self.rec = _Recorder(self.model, streamed)
+        self.full: dict[int, list[_Call]] = {}
+        self.full_order: list[int] = []
+        self.n = 0
+        self.second: dict[int, list[_Call]] | None = None  # a full run at another length
+        self.tried: list[tuple[int, str]] = []
+
+    # -------------------------------------------------------------- inputs
+
+    def sequence(self, n: int, seed: int = 1234) -> Tensor:
+        shape = list(self.chunk.shape)
+        shape[0] = 1
+        shape[self.axis] = n
+        gen = torch.Generator(device="cpu").manual_seed(seed)
+        x = torch.randn(shape, generator=gen, dtype=torch.float64)
+        return x.to(self.chunk.dtype).to(self.chunk.device)
+
+    def run_full(self, n: int, *, inputs: bool = True, seed: int = 1234) -> bool:
+        """The model on a sequence of ``n`` samples, recorded; False where it raises."""
+        rec = self.rec
+        rec.reset(inputs)
         rec.on = True
         try:
-            model(x)
-        except Exception:  # the full run fails too: the model's own problem, not streaming's
-            return
-        full_out = rec.outputs
-        full_order = rec.order
-        rec.outputs, rec.order, rec.stack = {}, [], []
-        rec.on = False
-        state = stream.init_state(example=x.narrow(axis, 0, 1))
-        rec.on = True
-        for part in torch.split(x, sizes, dim=axis):
-            rec.stack = []
+            with torch.no_grad():
+                self.model(self.sequence(n, seed))
+        except Exception as err:
+            where = rec.stack[-1][0] if rec.stack else None
+            label = rec.label(where) if where is not None else "the model's forward"
+            self.tried.append((n, f"{label} raised {_first_line(err)}"))
+            return False
+        finally:
+            rec.on = False
+        return True
+
+    def accept(self, lengths: list[int]) -> int | None:
+        """The first length the model's full run accepts (recorded in ``self.full``), and a
+        second run at another length (``self.second``: the time axes)."""
+        for n in lengths:
+            if self.run_full(n):
+                self.full, self.full_order, self.n = self.rec.calls, self.rec.order, n
+                self.second = None
+                for m in (n + 2 * self.hop, n + self.hop, 2 * n, n + 3 * self.hop):
+                    if self.run_full(m, seed=99):
+                        self.second = self.rec.calls
+                        break
+                return n
+        return None
+
+    def lengths(self) -> list[int]:
+        n0 = self.hop * max(3, math.ceil(24 / self.hop))
+        return probe_lengths(n0, self.hop, self.minimum, self.length)
+
+    def call_axes(self, key: int, i: int) -> tuple[list[int | None], list[int | None]] | None:
+        second = self.second
+        if second is None:
+            return None
+        a, b = self.full.get(key, []), second.get(key, [])
+        if len(a) != len(b) or i >= len(a):
+            return None
+        return _axes((a[i].args, a[i].kwargs), (b[i].args, b[i].kwargs)), _axes(a[i].out, b[i].out)
+
+    # -------------------------------------------------------------- leaf modules
+
+    def measure_leaves(self) -> None:
+        stream = self.stream
+        for label, kind in stream._measure.items():
+            module = _get(self.model, label)
+            if module is None:
+                continue
+            calls = self.full.get(id(module), [])
+            what = f"{type(module).__name__} {label!r}"
+            for i in range(min(len(calls), 4)):
+                axes = self.call_axes(id(module), i)
+                if axes is None:
+                    found: _Finding | str | None = (
+                        "the model does not run at a second sequence length"
+                    )
+                else:
+                    call = calls[i]
+                    found = measure(module, call.args, call.kwargs, axes[0], axes[1])
+                if isinstance(found, _Finding):
+                    allowed = (
+                        " It is declared in allow=, but it does not act on each time step on "
+                        "its own."
+                        if kind == "allowed"
+                        else ""
+                    )
+                    raise PaddingError(
+                        f"StreamingModule cannot stream {what}: measured on its input in a "
+                        f"full run of {self.n} samples, {describe(found, stream._delay)}."
+                        f"{allowed}"
+                    )
+                if isinstance(found, str) and kind == "unknown":
+                    cls = type(module).__name__
+                    raise PaddingError(
+                        f"StreamingModule does not know whether {what} acts on each time step "
+                        f"on its own: it cannot be measured ({found}). If it does, pass "
+                        f"allow=[{cls}] (or allow=[{label!r}])"
+                    )
+
+    # -------------------------------------------------------------- the streamed run
+
+    def split(self, lead: int = 0) -> list[int]:
+        """Chunk sizes for the probe sequence: 1, 7 and the rest (after ``lead`` samples: a
+        reflect-padded model's start-up)."""
+        n = self.n - lead
+        sizes = [1, 7, n - 8] if n > 8 else [1, n - 1]
+        return [s for s in ([lead] if lead else []) + sizes if s > 0]
+
+    def stream_run(self, sizes: list[int]) -> None:
+        """Stream the probe sequence in chunks ``sizes`` and compare every module with the
+        full run (raises naming the first that differs, or that raises)."""
+        stream = self.stream
+        rec = self.rec
+        x = self.sequence(self.n)
+        look = stream._lookahead_mode
+        delay = stream._delay
+        spans: list[tuple[int, int]] = []  # lookahead: each step's (span, final) samples
+        rec.reset(False)
+        with torch.no_grad():
+            state = stream.init_state(example=x)  # a length the model accepts
+            done = 0
+            rec.on = True
             try:
-                _, state = stream.step(part, state)
-            except PaddingError:
-                raise
-            except Exception as err:  # a raw torch error inside some module's own code
-                # a module that already returned a wrong stream is the cause; else the one
-                # whose code raised
-                _first_wrong(rec, full_out, full_order, n, sizes, final=False)
-                where = rec.stack[-1] if rec.stack else None
-                label = (
-                    f"{type(rec.modules[where]).__name__} {rec.names[where]!r}"
-                    if where is not None
-                    else "the model's forward"
-                )
+                for part in torch.split(x, sizes, dim=self.axis):
+                    rec.stack = []
+                    k = int(part.shape[self.axis])
+                    try:
+                        _, state = stream.step(part, state)
+                    except ModelRaised as err:
+                        rec.on = False
+                        self.first_wrong(spans, sizes, final=False)
+                        where = rec.stack[-1][0] if rec.stack else None
+                        label = rec.label(where) if where is not None else err.label
+                        raise _StreamFailed(label, k, err.error) from None
+                    start = max(0, done - delay)
+                    done += k
+                    spans.append((done - start, max(start, done - delay) - start))
+                if look:
+                    start = max(0, done - delay)
+                    rec.stack = []
+                    try:
+                        stream.flush(state)
+                    except ModelRaised as err:
+                        where = rec.stack[-1][0] if rec.stack else None
+                        label = rec.label(where) if where is not None else err.label
+                        raise _StreamFailed(label, 0, err.error) from None
+                    spans.append((done - start, done - start))
+            finally:
+                rec.on = False
+        self.first_wrong(spans, sizes, final=True)
+
+    def first_wrong(self, spans: list[tuple[int, int]], sizes: list[int], *, final: bool) -> None:
+        """Raise naming the first module (in the order they return) whose streamed outputs so
+        far are not the start of its full-sequence output (``final``: not all of it)."""
+        look = self.stream._lookahead_mode
+        n = self.n
+        for key in self.full_order:
+            fulls = self.full[key]
+            streamed = self.rec.calls.get(key, [])
+            if len(fulls) != 1 or not streamed:
+                continue  # called several times per run
+            f = fulls[0].out
+            outs = [c.out for c in streamed]
+            if not isinstance(f, Tensor) or any(not isinstance(p, Tensor) for p in outs):
+                continue  # returns no single tensor
+            parts: list[Tensor] | None = outs
+            if look:
+                if len(outs) > len(spans) + (0 if final else 1):
+                    continue
+                parts = self._final_parts(f, outs, spans)
+            if parts is None:
+                continue
+            a = _time_axis(f, parts)
+            if a is None:
+                continue  # no time axis to compare along (or several: ambiguous)
+            got = sum(int(p.shape[a]) for p in parts)
+            want = int(f.shape[a])
+            label = self.rec.label(key)
+            if got > want or (final and got != want):
                 raise PaddingError(
-                    f"StreamingModule: {label} fails on a streamed chunk of {part.shape[axis]} "
-                    f"sample(s) ({type(err).__name__}: {str(err).splitlines()[0]}) although the "
-                    f"full sequence runs. {_HINT}"
-                ) from None
-    _first_wrong(rec, full_out, full_order, n, sizes, final=True)
+                    f"StreamingModule: {label} returned {got} time steps in all over "
+                    f"{'a probe' if final else 'the start of a probe'} of {n} samples streamed "
+                    f"in chunks {sizes}, where the full-sequence run returns {want}"
+                    f"{'' if final else f' for all {n}'}. {self.pads(key)}{_HINT}"
+                )
+            if not f.is_floating_point() or got == 0:
+                continue
+            streamed_t = torch.cat(parts, dim=a)
+            ref = f.narrow(a, 0, got)
+            scale = float(ref.abs().max())
+            diff = float((streamed_t - ref).abs().max())
+            if not diff <= 1e-4 * (1.0 + scale):
+                raise PaddingError(
+                    f"StreamingModule: {label} streams values that differ from the full run's "
+                    f"(its streamed output differs by {diff:.3g}; a probe of {n} samples in "
+                    f"chunks {sizes}{', then flush()' if look else ''}): {self.short()}"
+                    f"{self.why(key)}{self.pads(key)}" + _HINT
+                )
 
-
-def _first_wrong(
-    rec: _Recorder,
-    full_out: dict[int, list[Any]],
-    full_order: list[int],
-    n: int,
-    sizes: list[int],
-    *,
-    final: bool,
-) -> None:
-    """Raise naming the first module (in the order they return) whose streamed outputs so far
-    are not the start of its full-sequence output (``final``: not all of it)."""
-    for key in full_order:
-        fulls = full_out[key]
-        parts = rec.outputs.get(key, [])
-        if len(fulls) != 1 or fulls[0] is None or not parts or any(p is None for p in parts):
-            continue  # called several times per run, or returns no single tensor
-        f = fulls[0]
-        label = f"{type(rec.modules[key]).__name__} {rec.names[key]!r}"
+    def _final_parts(
+        self, f: Tensor, parts: list[Tensor], spans: list[tuple[int, int]]
+    ) -> list[Tensor] | None:
+        """Lookahead: each step's outputs that are final (the committed samples)."""
+        n = self.n
         cands = [
             a
             for a in range(f.dim())
-            if all(
+            if f.shape[a] == n
+            and all(
                 p.dim() == f.dim()
+                and p.shape[a] == span
                 and all(p.shape[b] == f.shape[b] for b in range(f.dim()) if b != a)
-                for p in parts
+                for p, (span, _) in zip(parts, spans)
             )
         ]
         if len(cands) != 1:
-            continue  # no time axis to compare along (or several: ambiguous)
+            return None
         a = cands[0]
-        got = sum(int(p.shape[a]) for p in parts)
-        want = int(f.shape[a])
-        if got > want or (final and got != want):
-            raise PaddingError(
-                f"StreamingModule: {label} returned {got} time steps in all over "
-                f"{'a probe' if final else 'the start of a probe'} of {n} samples streamed in "
-                f"chunks {sizes}, where the full-sequence run returns {want}"
-                f"{'' if final else f' for all {n}'}. {_HINT}"
+        return [p.narrow(a, 0, keep) for p, (_, keep) in zip(parts, spans)]
+
+    # -------------------------------------------------------------- explanations
+
+    def short(self) -> str:
+        """Lookahead: whether the stream's lookahead is shorter than its layers' right pads
+        add up to (then outputs it emits may still depend on samples not seen yet)."""
+        stream = self.stream
+        need = sum(p.hi for p in stream._plans.values() if p.kind != "convt")
+        if not stream._lookahead_mode or stream._delay >= need:
+            return ""
+        return (
+            f"the stream's lookahead={stream._delay} is smaller than the {need} samples its "
+            "layers' right pads add up to (lookahead='auto'), and here the outputs it emits "
+            "as final still depend on samples it has not seen. "
+        )
+
+    def why(self, key: int) -> str:
+        """What a measurement of the module finds (on its full-run input)."""
+        default = (
+            "its forward computes over time in code the streamer does not see, or branches it "
+            "adds emit their samples at different times. "
+        )
+        if self.short():
+            default = ""
+        module = self.rec.modules[key]
+        axes = self.call_axes(key, 0)
+        if axes is None:
+            return default
+        call = self.full[key][0]
+        ahead = self.stream._delay if self.stream._lookahead_mode else 0
+        behind = self.reach(key)
+        try:
+            found = measure(
+                module, call.args, call.kwargs, axes[0], axes[1], lookahead=ahead, behind=behind
             )
-        if not f.is_floating_point() or got == 0:
-            continue
-        streamed = torch.cat(parts, dim=a)
-        ref = f.narrow(a, 0, got)
-        scale = float(ref.abs().max())
-        diff = float((streamed - ref).abs().max())
-        if not diff <= 1e-4 * (1.0 + scale):
+        except Exception:  # pragma: no cover - a measurement is an explanation only
+            return default
+        if isinstance(found, _Finding):
+            return f"measured on its full-sequence input, {describe(found, ahead)}. "
+        return default
+
+    def reach(self, key: int) -> int | None:
+        """How far back the streamed layers inside a module can reach in all (their left
+        windows added up), where that bounds what it may read back: None when it holds
+        recurrent, strided or transposed layers."""
+        name = self.rec.names[key]
+        inside = [
+            n
+            for n in [*self.stream._plans, *self.stream._rnn_plans]
+            if name == "<model>" or n == name or n.startswith(name + ".")
+        ]
+        total = 0
+        for n in inside:
+            plan = self.stream._plans.get(n)
+            if plan is None or plan.kind == "convt" or plan.stride != 1:
+                return None
+            total += max(plan.k_eff - 1, plan.lo)
+        return total
+
+    def pads(self, key: int) -> str:
+        """Whether the module gives the first streamed layer it calls another time length
+        than its own input's (it pads or crops time in code before it)."""
+        stream = self.stream
+        calls = self.full.get(key, [])
+        axes = self.call_axes(key, 0)
+        if len(calls) != 1 or axes is None:
+            return ""
+        call = calls[0]
+        leaves = _tensors((call.args, call.kwargs))
+        timed = [(v, a) for v, a in zip(leaves, axes[0]) if a is not None and a != _AMBIGUOUS]
+        if not timed:
+            return ""
+        own = int(timed[0][0].shape[timed[0][1]])
+        first: tuple[int, str, int] | None = None
+        for name, plan in stream._plans.items():
+            layer = stream._layer_by_name(name)
+            for c in self.full.get(id(layer), []):
+                if call.enter < c.enter < call.exit and (first is None or c.enter < first[0]):
+                    xs = [v for v in _tensors(c.args) if isinstance(v, Tensor)]
+                    if xs and xs[0].dim() > 2 + plan.ti:
+                        first = (c.enter, name, int(xs[0].shape[2 + plan.ti]))
+        if first is None or first[2] == own:
+            return ""
+        layer = stream._layer_by_name(first[1])
+        return (
+            f"Its forward gives {type(layer).__name__} {first[1]!r} {first[2]} time steps for "
+            f"its own input's {own}: it pads or crops the time axis in code before that layer. "
+        )
+
+
+class _StreamFailed(Exception):
+    def __init__(self, label: str, size: int, error: BaseException) -> None:
+        super().__init__(label)
+        self.label, self.size, self.error = label, size, error
+
+
+def _time_axis(f: Tensor, parts: list[Tensor]) -> int | None:
+    cands = [
+        a
+        for a in range(f.dim())
+        if all(
+            p.dim() == f.dim() and all(p.shape[b] == f.shape[b] for b in range(f.dim()) if b != a)
+            for p in parts
+        )
+    ]
+    return cands[0] if len(cands) == 1 else None
+
+
+def probe_stream(stream: Any, chunk: Tensor) -> bool:
+    """Measure the modules of ``stream``'s model that need it and (``stream._check``) stream a
+    random sequence shaped like ``chunk`` through ``stream``, comparing every module with the
+    full-sequence run; raise :class:`PaddingError` naming the first module that cannot
+    stream. The model's parameters and buffers are left as they were. Returns False when the
+    model runs at none of the probe lengths (nothing was checked)."""
+    with unchanged(stream.model):
+        probe = _Probe(stream, chunk)
+        with probe.rec:
+            return _probe(stream, probe)
+
+
+def _probe(stream: Any, probe: _Probe) -> bool:
+    if probe.accept(probe.lengths()) is None:
+        if any(kind == "unknown" for kind in stream._measure.values()):
+            tried = "; ".join(f"{n}: {why}" for n, why in probe.tried[:4])
             raise PaddingError(
-                f"StreamingModule: {label} streams values that differ from the full run's by "
-                f"{diff:.3g} (a probe of {n} samples in chunks {sizes}): its forward computes "
-                "over time in code the streamer does not see, or branches it adds emit their "
-                "samples at different times. " + _HINT
+                f"StreamingModule: the model runs at none of the probe lengths "
+                f"{[n for n, _ in probe.tried]} ({tried}), so its modules cannot be measured "
+                "before the first step; stream a model that accepts such lengths"
             )
+        return False
+    probe.measure_leaves()
+    if not stream._check:
+        return True
+    lead = 0
+    startup = stream._startup_samples(probe.chunk)
+    if startup > 0:
+        # a reflect-padded model holds its input until its start-up is complete: the probe's
+        # first chunk completes it, the small chunks come after
+        lead = probe.hop * math.ceil(startup / probe.hop)
+        if probe.accept([probe.n + lead]) is None:
+            return False
+    try:
+        probe.stream_run(probe.split(lead))
+    except _StreamFailed as failed:
+        raise PaddingError(
+            f"StreamingModule: {failed.label} fails on a streamed chunk of {failed.size} "
+            f"sample(s) ({_first_line(failed.error)}) although the full sequence of "
+            f"{probe.n} runs. {_HINT}"
+        ) from None
+    return True

@@ -5,7 +5,7 @@ the reason."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from torch import Tensor, nn
@@ -84,6 +84,9 @@ class _Plan:
     reflect: bool = False
     # what a max pool's pads hold (its padding_value; -inf: the lowest value of the input)
     fill: float = float("-inf")
+    # old-style weight or spectral norm: forward pre-hooks that set the layer's weight from
+    # its parameters, run by the stand-in before each call (as the layer's own call does)
+    pre_hooks: bool = False
     # derived in __post_init__ (read on every step, so stored rather than computed)
     k_eff: int = field(init=False)
     stride: int = field(init=False)
@@ -197,11 +200,12 @@ def _plan_layer(name: str, layer: nn.Module, axis: int, lookahead: bool = False)
     nd = next(v for t, v in _ND.items() if isinstance(layer, t))
     ti = _time_index(axis, nd, name)
     what = f"{type(layer).__name__} {name!r}"
-    if layer._forward_hooks or layer._forward_pre_hooks:
+    norms = weight_hooks(layer)
+    if layer._forward_hooks or len(norms) != len(layer._forward_pre_hooks):
         raise PaddingError(
             f"StreamingModule: {what} has forward hooks, which streaming would not run (the "
-            "layer runs on buffered windows). Remove them; for weight norm use "
-            "torch.nn.utils.parametrizations.weight_norm, which streams"
+            "layer runs on buffered windows). Remove them (weight norm and spectral norm, "
+            "old-style or as parametrizations, stream)"
         )
     if type(layer).forward not in _KNOWN_FORWARDS:
         raise PaddingError(
@@ -210,7 +214,33 @@ def _plan_layer(name: str, layer: nn.Module, axis: int, lookahead: bool = False)
         )
     is_padkit = isinstance(layer, _PADKIT_LAYERS)
     if isinstance(layer, _CONVTS):
-        return _plan_transposed(name, layer, nd, ti, what, is_padkit, lookahead)
+        plan = _plan_transposed(name, layer, nd, ti, what, is_padkit, lookahead)
+    else:
+        plan = _plan_direct(name, layer, nd, ti, what, is_padkit, axis, lookahead)
+    return replace(plan, pre_hooks=True) if norms else plan
+
+
+def weight_hooks(layer: nn.Module) -> list[Any]:
+    """The layer's old-style weight norm and spectral norm forward pre-hooks (each sets the
+    layer's weight from its parameters before a call)."""
+    from torch.nn.utils.spectral_norm import SpectralNorm
+    from torch.nn.utils.weight_norm import WeightNorm
+
+    return [
+        h for h in layer._forward_pre_hooks.values() if isinstance(h, (WeightNorm, SpectralNorm))
+    ]
+
+
+def _plan_direct(
+    name: str,
+    layer: nn.Module,
+    nd: int,
+    ti: int,
+    what: str,
+    is_padkit: bool,
+    axis: int,
+    lookahead: bool,
+) -> _Plan:
     rec = Op.from_module(layer, where=f"StreamingModule: {what}")
     if rec is None:  # pragma: no cover - the forward check above rules foreign layers out
         raise PaddingError(f"StreamingModule: {what} is not a conv or pool padkit can read")
@@ -241,7 +271,9 @@ def _plan_layer(name: str, layer: nn.Module, axis: int, lookahead: bool = False)
             f"StreamingModule(lookahead=...): {what} has stride {s[ti]} and time pads "
             f"{(lo, hi)} (effective kernel {k_eff}); lookahead streaming needs stride 1 and "
             "pads that keep the length (lo + hi = k_eff - 1: 'same', 'causal', symmetric "
-            "(k-1)/2)"
+            "(k-1)/2) in the layer itself. Time pads written in a module's forward around it "
+            "(F.pad, pad modules) run on every chunk: convert_causal(model, example) moves "
+            "them into the layer"
         )
     if 0 < hi < s[ti] and not lookahead:
         # a right pad shorter than the stride only completes the last, partial stride window

@@ -12,7 +12,10 @@ How it works: each conv/pool found in the model is swapped, for the duration of 
 :meth:`StreamingModule.step`, for a stateful stand-in that prepends its buffered history to
 the incoming chunk, runs the layer *without* time padding on exactly the windows that the
 new samples complete, and keeps the tail as the next history. The model's own ``forward``
-runs unchanged, so residual blocks and any other per-time-step code work as written.
+runs unchanged, so residual blocks and any other per-time-step code work as written. A
+stand-in is an instance of a subclass of the layer's class sharing the layer's ``__dict__``
+(:func:`make_stand_in`): code that reads the layer's attributes, weights or class during a
+step reads the layer's own.
 
 Which modules stream:
 
@@ -23,8 +26,9 @@ Which modules stream:
   stream holds its input until they have arrived, :attr:`StreamingModule.startup_delay`);
   other axes may be padded any way (``"same"`` for video).
 * per-time-step modules pass through: activations, dropout, ``Identity``, ``BatchNorm`` in
-  eval mode, and the channel-wise ``Linear``/``LayerNorm``/``RMSNorm``/``GLU``/softmax
-  family (trusted to act on channels, not on time).
+  eval mode, and every other module whose output ``t`` is measured to depend on its input
+  ``t`` only (the channel-wise ``Linear``/``LayerNorm``/``RMSNorm``/``GLU``/softmax family
+  applied on channels, custom activations; ``padkit.streaming._check``).
 * container modules (``nn.Sequential``, your residual blocks) run their own ``forward``.
 * transposed convs (padkit's or torch's) whose time crop leaves no output that waits for
   the end of the sequence (``padding="causal"``: crop ``(0, k_eff - s)``), so that codec
@@ -32,10 +36,13 @@ Which modules stream:
 
 It refuses, naming the module: a conv or pool with right padding on the time axis (a
 ``"same"`` conv; stream it with ``lookahead=``), ``circular`` time padding,
-``BatchNorm`` in train mode, ``GroupNorm``/``InstanceNorm``, adaptive (global) pooling,
-upsampling, recurrent and attention layers, pad modules (``convert_causal`` rewrites
-them), ``Flatten``, and leaf modules it does not know (declare them per-time-step with
-``allow=``).
+``BatchNorm`` in train mode, ``GroupNorm``/``InstanceNorm`` without running statistics,
+adaptive (global) pooling, upsampling, bidirectional recurrent layers and attention layers,
+pad modules (``convert_causal`` rewrites them), ``Flatten``; and, before the first step,
+modules measured to mix time steps (a norm or attention over the sequence written by hand,
+even when declared in ``allow=``) and modules whose streamed outputs differ from the full
+run's (the self-check, in causal and lookahead mode). What the model's own code raises comes
+out as a :class:`padkit.PaddingError` naming the module.
 
 With ``lookahead=`` (stride-1 models), layers padded on both sides of time stream with a
 fixed delay (every tensor of a step spans the uncommitted samples and the chunk; outputs
@@ -61,14 +68,14 @@ from torch import Tensor, nn
 
 from ..op import max_pad_fill
 from ..spec import PaddingError
-from ._catalog import _BATCH_NORMS, _PER_STEP, _REFUSED
-from ._check import probe_stream
+from ._catalog import _BATCH_NORMS, _HOLDERS, _MEASURED, _REFUSED, elementwise, refused_norm
+from ._check import ModelRaised, model_raised, probe_lengths, probe_stream, unchanged
 from ._ops import empty_output, run_op, run_transposed
-from ._plan import _CONVS, _CONVTS, _POOLS, _Plan, _plan_layer
+from ._plan import _CONVS, _CONVTS, _POOLS, _Plan, _plan_layer, weight_hooks
 from ._recurrent import (
     RECURRENT,
     RecurrentPlan,
-    RecurrentStandIn,
+    bind_recurrent,
     plan_recurrent,
     run_recurrent,
 )
@@ -82,47 +89,62 @@ __all__ = ["StreamingModule", "StreamingStep"]
 # ----------------------------------------------------------------------------- the runner
 
 
+def _layer_call(self: Any, x: Any = None, *args: Any, **kwargs: Any) -> Any:
+    """A streamed conv/pool stand-in's ``__call__`` (and ``forward``): the stream's run of the
+    layer on its buffered history. A stand-in has no hooks of its own: nn.Module's call
+    machinery is skipped (it would run once per layer and step, the overhead that matters
+    for small chunks)."""
+    runner, plan, layer = self._padkit_stream
+    return runner._call_layer(plan, layer, x, args, kwargs)
+
+
+def _recurrent_call(self: Any, *args: Any, **kwargs: Any) -> Any:
+    """A recurrent stand-in's ``__call__`` (and ``forward``): every call form of
+    ``nn.LSTM``/``nn.GRU``/``nn.RNN`` (``input``, ``hx``, positional or by keyword)."""
+    runner, plan, layer = self._padkit_stream
+    x, hx = bind_recurrent(plan, layer, args, kwargs)
+    return runner._run_recurrent(plan, layer, x, hx)
+
+
 class _StreamLayer(nn.Module):
-    """Stands in for one conv/pool during a step; the layer itself is not registered here."""
+    """What stood in for a layer before stand-ins shared their layer's class: kept so that
+    pickles of a :class:`StreamingModule` made then load (their stand-ins are made anew)."""
 
-    def __init__(self, runner: StreamingModule, plan: _Plan, layer: nn.Module) -> None:
-        super().__init__()
-        # plain attributes (not submodules): the layer stays registered in the model only
-        object.__setattr__(self, "_runner", runner)
-        object.__setattr__(self, "_layer", layer)
-        object.__setattr__(self, "plan", plan)
 
-    _runner: StreamingModule
-    _layer: nn.Module
-    plan: _Plan
+class _StandIn(nn.Module):
+    """The stand-in of a layer whose class cannot be subclassed (it shares the layer's
+    attributes, not its class)."""
 
-    def __call__(self, x: Tensor, *args: Any, **kwargs: Any) -> Tensor:
-        # a stand-in has no hooks: skip nn.Module's call machinery (it runs once per layer
-        # and step, which is the overhead that matters for small chunks)
-        return self.forward(x, *args, **kwargs)
+    __slots__ = ("_padkit_stream",)
 
-    def forward(self, x: Tensor, *args: Any, **kwargs: Any) -> Tensor:
-        runner: StreamingModule = self._runner
-        layer: nn.Module = self._layer
-        plan = self.plan
-        if plan.fast and not args and not kwargs:
-            y = runner._run_fast(plan, layer, x)
-            if y is not None:
-                return y
-        elif plan.pointwise and not args and not kwargs and x.dim() == 3 and x.shape[2] > 0:
-            # a 1x1 conv: no state, no padding, the torch conv (skips the layer's own forward)
-            w: Any = layer
-            return F.conv1d(x, w.weight, w.bias, 1, 0, 1, w.groups)
-        if args or kwargs:
-            extra = [a for a in args if a is not None and a is not False]
-            extra += [k for k, v in kwargs.items() if v is not None and v is not False]
-            if extra or type(layer).forward is not _KeywordTolerant.forward:
-                raise PaddingError(
-                    f"StreamingModule: {type(layer).__name__} {self.plan.name!r} was called "
-                    f"with extra arguments {args!r} {kwargs!r}; a streamed layer takes the "
-                    "input only"
-                )
-        return runner._run_layer(self.plan, layer, x)
+
+def make_stand_in(runner: Any, plan: Any, layer: nn.Module, call: Any) -> nn.Module:
+    """What stands in for ``layer`` while a step runs: an instance of a subclass of the
+    layer's class (``isinstance`` holds, the class name is the layer's) that shares the
+    layer's ``__dict__``, so every attribute, parameter, buffer, submodule (parametrizations)
+    and hook of the layer is the stand-in's too, live (``kernel_size``, ``weight``,
+    ``weight_g``/``weight_v``, ``training``), and the parent's ``parameters()`` and
+    ``state_dict()`` are the same tensors under the same names during a step. Only its call
+    (``__call__`` and ``forward``) differs: ``call``, the streamed run. The runner, plan and
+    layer live in a slot of the subclass, outside the shared ``__dict__``; a subclass is made
+    per stand-in (it dies with the stream)."""
+    cls = type(layer)
+    namespace = {
+        "__slots__": ("_padkit_stream",),
+        "__call__": call,
+        "forward": call,
+        "__module__": cls.__module__,
+        "__qualname__": cls.__qualname__,
+        "__doc__": cls.__doc__,
+    }
+    try:
+        sub: type = type(cls.__name__, (cls,), namespace)
+    except Exception:  # a class that refuses subclasses (a layout conflict, a metaclass)
+        sub = type(cls.__name__, (_StandIn,), {"__call__": call, "forward": call})
+    stand: nn.Module = object.__new__(sub)
+    object.__setattr__(stand, "__dict__", layer.__dict__)
+    object.__setattr__(stand, "_padkit_stream", (runner, plan, layer))
+    return stand
 
 
 class StreamingModule(nn.Module):
@@ -158,8 +180,13 @@ class StreamingModule(nn.Module):
         lookahead: ``None`` (causal: every time pad on the left), ``"auto"`` or a number of
             samples: stream a stride-1 model whose layers also pad on the right, its outputs
             delayed by :attr:`delay` samples (the last ones come from :meth:`flush`).
-        allow: extra leaf module types, or qualified module names, that act on each time
-            step on its own (e.g. a custom activation).
+        allow: extra module types, or qualified module names, that act on each time step on
+            their own, for modules the probe cannot measure (random outputs, non-float
+            inputs); modules are measured before the first step and need no declaration
+            otherwise, and a declared module measured to mix time steps is refused.
+        check: before the first step for an input shape, stream a probe sequence and
+            compare every module with the full run (``padkit.streaming._check``); False
+            skips that comparison (modules are still measured).
 
     Shape:
         - Input of :meth:`step`: ``(N, C, ..., T_chunk, ...)``, the time axis at ``axis``;
@@ -240,6 +267,11 @@ class StreamingModule(nn.Module):
         self._allow_names = frozenset(a for a in allow if isinstance(a, str))
         self._plans: dict[str, _Plan] = {}
         self._rnn_plans: dict[str, RecurrentPlan] = {}
+        # recurrent layers seen called with their own initial state (their state counts rows)
+        self._rnn_hx: set[str] = set()
+        # leaf modules measured before the first step: "unknown" (no list names them),
+        # "listed" (channel-wise, unless applied along time), "allowed" (declared in allow=)
+        self._measure: dict[str, str] = {}
         self._stand_ins: dict[int, nn.Module] = {}  # by id(layer), while scanning only
         # (parent, attribute, layer, stand-in) for every place a streamed layer is registered
         self._slots: list[tuple[nn.Module, str, nn.Module, nn.Module]] = []
@@ -277,11 +309,31 @@ class StreamingModule(nn.Module):
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
         state.pop("_lock", None)  # locks do not pickle or deep-copy; a copy gets its own
+        # stand-ins share their layer's __dict__ and are of classes made at run time: a copy
+        # makes its own from its own layers
+        state["_slots"] = [(parent, key, layer, None) for parent, key, layer, _ in self._slots]
+        state["_root_stand_in"] = None
+        state["_ctx"] = None
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
+        state.setdefault("_rnn_hx", set())  # pickles made before these existed
+        state.setdefault("_measure", {})
         super().__setstate__(state)  # type: ignore[no-untyped-call]
         self._lock = threading.RLock()
+        names = {id(self._layer_by_name(n)): n for n in [*self._plans, *self._rnn_plans]}
+        slots = []
+        for parent, key, layer, _ in self._slots:
+            slots.append((parent, key, layer, self._stand_in_of(names[id(layer)], layer)))
+        self._slots = slots
+        if "<model>" in self._plans or "<model>" in self._rnn_plans:
+            root = self._stand_in_of("<model>", self.model)
+            object.__setattr__(self, "_root_stand_in", root)
+
+    def _stand_in_of(self, label: str, layer: nn.Module) -> nn.Module:
+        if label in self._rnn_plans:
+            return make_stand_in(self, self._rnn_plans[label], layer, _recurrent_call)
+        return make_stand_in(self, self._plans[label], layer, _layer_call)
 
     # ------------------------------------------------------------------ model scan
 
@@ -291,11 +343,12 @@ class StreamingModule(nn.Module):
             return
         seen.add(id(module))
         if name in self._allow_names:
+            self._measure[label] = "allowed"  # declared; measured before the first step
             return
         if isinstance(module, RECURRENT) and not isinstance(module, nn.RNNCellBase):
             rplan = plan_recurrent(label, module)
             self._rnn_plans[label] = rplan
-            rstand = RecurrentStandIn(self, rplan, module)
+            rstand = self._stand_in_of(label, module)
             self._stand_ins[id(module)] = rstand
             if not name:
                 object.__setattr__(self, "_root_stand_in", rstand)
@@ -305,10 +358,15 @@ class StreamingModule(nn.Module):
                 raise PaddingError(
                     f"StreamingModule cannot stream {type(module).__name__} {label!r}: {why}"
                 )
+        refused = refused_norm(module)
+        if refused is not None:
+            raise PaddingError(
+                f"StreamingModule cannot stream {type(module).__name__} {label!r}: {refused}"
+            )
         if isinstance(module, _CONVS + _CONVTS + _POOLS):
             plan = _plan_layer(label, module, self.layer_axis, self._lookahead_mode)
             self._plans[label] = plan
-            stand_in = _StreamLayer(self, plan, module)
+            stand_in = self._stand_in_of(label, module)
             self._stand_ins[id(module)] = stand_in
             if not name:
                 object.__setattr__(self, "_root_stand_in", stand_in)
@@ -316,17 +374,22 @@ class StreamingModule(nn.Module):
         if isinstance(module, _BATCH_NORMS):
             self._batch_norms.append((label, module))
             return
-        if isinstance(module, (_PER_STEP, self._allow_types)):
+        if isinstance(module, _HOLDERS) or elementwise(module):
+            return  # parameter containers compute nothing; elementwise ops act per element
+        if isinstance(module, self._allow_types):
+            self._measure[label] = "allowed"
+            return
+        if isinstance(module, _MEASURED):
+            self._measure[label] = "listed"
             return
         children = list(module.named_children())
         if not children and isinstance(module, (nn.ModuleList, nn.ModuleDict, nn.Sequential)):
             return  # an empty container (e.g. a list of optional layers, all None)
-        if not children:
-            raise PaddingError(
-                f"StreamingModule does not know whether {type(module).__name__} {label!r} acts "
-                "on each time step on its own. If it does, pass "
-                f"allow=[{type(module).__name__}] (or allow=[{label!r}])"
-            )
+        if all(isinstance(c, _HOLDERS) for _, c in children):
+            # a module that computes (its children, if any, only hold parameters): measured
+            # before the first step, refused only if it does not act on each time step
+            self._measure[label] = "unknown"
+            return
         for child_name, child in children:
             full = f"{name}.{child_name}" if name else child_name
             self._scan(child, full, seen)
@@ -419,12 +482,33 @@ class StreamingModule(nn.Module):
                 device=device if device is not None else example.device,
             )
             dim = self.axis if self.axis >= 0 else probe.dim() + self.axis
-            span = (0, 0, int(probe.shape[dim])) if self._lookahead_mode else None
-            ctx = _Context(state_in={}, lazy=True, lookahead=span, shape_only=True)
-            with torch.no_grad():
-                self._run(probe, ctx)
-            self._startup_samples(probe)
-            return ctx.created
+            # the buffers' shapes do not depend on the time length: where the model refuses
+            # the example's length (a pad that needs more samples, a length it asserts),
+            # longer ones are tried
+            hop, minimum = self._hop_and_minimum()
+            first: ModelRaised | None = None
+            tried: list[int] = []
+            with unchanged(self.model, buffers_only=True):
+                for n in probe_lengths(int(probe.shape[dim]), hop, minimum):
+                    if n != probe.shape[dim]:
+                        shape[dim] = n
+                        probe = probe.new_zeros(shape)
+                    span = (0, 0, n) if self._lookahead_mode else None
+                    ctx = _Context(state_in={}, lazy=True, lookahead=span, shape_only=True)
+                    tried.append(n)
+                    try:
+                        with torch.no_grad():
+                            self._run(probe, ctx, "init_state()")
+                    except ModelRaised as err:
+                        first = first or err
+                        continue
+                    self._startup_samples(probe)
+                    return ctx.created
+            assert first is not None
+            raise PaddingError(
+                f"{first} (and on zero inputs of every length tried: {tried}); the stream "
+                "runs the model on chunks like the example to find its state's shapes"
+            ) from first.error
         n = 1 if batch_size is None else batch_size
         dflt_dtype, dflt_device = self._default_dtype_device()
         dt = dtype or dflt_dtype
@@ -442,8 +526,18 @@ class StreamingModule(nn.Module):
             like = torch.empty((0,), dtype=dt, device=dev)
             state.update(fresh_entries(plan, (n, int(channels), plan.history), like, shared))
         for rplan in self._rnn_plans.values():
-            state.update(rplan.fresh(n, dt, dev))
+            state.update(rplan.fresh(n, dt, dev, with_pos=rplan.name in self._rnn_hx))
         return state
+
+    def _hop_and_minimum(self) -> tuple[int, int]:
+        """The model's total stride, and the samples its windows span (a length every
+        layer can run on)."""
+        hop = 1
+        for plan in self._plans.values():
+            if plan.kind != "convt":
+                hop *= max(int(plan.stride), 1)
+        minimum = 1 + sum(max(p.k_eff - 1, p.lo) for p in self._plans.values() if p.kind != "convt")
+        return min(hop, 1 << 14), minimum
 
     def _layer(self, plan: _Plan) -> nn.Module:
         return self._layer_by_name(plan.name)
@@ -454,11 +548,22 @@ class StreamingModule(nn.Module):
         return self.model.get_submodule(name)
 
     def _self_check(self, chunk: Tensor) -> None:
-        """Before the first step for an input shape: probe the whole model against its plan
-        (see ``padkit.streaming._check``); raises naming a module that streams wrongly."""
-        if not self._check or self._probing or self._lookahead_mode:
+        """Before the first step for an input shape: measure the modules that need it and
+        probe the whole model against its plan (see ``padkit.streaming._check``); raises
+        naming a module that cannot stream."""
+        if self._probing or not (self._check or self._measure):
             return
         if not chunk.is_floating_point():
+            unknown = [n for n, kind in self._measure.items() if kind == "unknown"]
+            if unknown:
+                mod = self._layer_by_name(unknown[0])
+                cls = type(mod).__name__
+                raise PaddingError(
+                    f"StreamingModule does not know whether {cls} {unknown[0]!r} acts on each "
+                    f"time step on its own: modules are measured on a floating-point probe, and "
+                    f"the input is {chunk.dtype}. If it does, pass allow=[{cls}] (or "
+                    f"allow=[{unknown[0]!r}])"
+                )
             return
         dim = self.axis if self.axis >= 0 else chunk.dim() + self.axis
         key = (
@@ -475,6 +580,8 @@ class StreamingModule(nn.Module):
                 probe_stream(self, chunk)
             finally:
                 self._probing = False
+            # also where the model ran at no probe length (its steps then raise its errors):
+            # probing again on every step would cost the lengths tried each time
             self._checked.add(key)
 
     def reset(self, rows: Sequence[int] | Tensor | None = None) -> None:
@@ -538,7 +645,7 @@ class StreamingModule(nn.Module):
                 counts[id(pos)] = p
             new[plan.key_buf], new[plan.key_pos] = b, p
         for rplan in self._rnn_plans.values():
-            for key in rplan.state_keys():
+            for key in (*rplan.state_keys(), rplan.key_pos):
                 value = state.get(key)
                 if value is None:
                     continue
@@ -617,9 +724,9 @@ class StreamingModule(nn.Module):
                 f"step(): state must be the dict from init_state() or step(), got "
                 f"{type(state).__name__}"
             )
+        self._self_check(chunk)
         if self._lookahead_mode:
             return self._step_lookahead(chunk, state, final=False, lazy=False)
-        self._self_check(chunk)
         return self._step_causal(chunk, state, lazy=False, final=False)
 
     def _step_causal(
@@ -643,13 +750,13 @@ class StreamingModule(nn.Module):
                 x = torch.cat([pending, chunk], dim)
             if not final and x.shape[dim] < self._startup_samples(chunk):
                 ctx = _Context(state_in=state, lazy=lazy, chunk=_described(chunk))
-                out = self._run(x.narrow(dim, 0, 0), ctx)
+                out = self._run(x.narrow(dim, 0, 0), ctx, "step()")
                 held = dict(ctx.created)
                 held.update(state)
                 held[_STARTUP_KEY] = x.clone()
                 return out, held
         ctx = _Context(state_in=state, lazy=lazy, chunk=_described(chunk))
-        out = self._run(x, ctx)
+        out = self._run(x, ctx, "flush()" if final else "step()")
         new_state = dict(ctx.created)
         new_state.update(state)
         new_state.update(ctx.state_out)
@@ -705,11 +812,9 @@ class StreamingModule(nn.Module):
             ctx = _Context(state_in={}, lazy=True, record={}, shape_only=True)
             try:
                 with torch.no_grad():
-                    self._run(chunk.new_zeros(shape), ctx)
-            except PaddingError:
-                raise
-            except Exception as err:  # the model's own code needs a longer input
-                failure[:] = [f"{type(err).__name__}: {str(err).splitlines()[0]}"]
+                    self._run(chunk.new_zeros(shape), ctx, "startup_delay")
+            except ModelRaised as err:  # the model's own code needs a longer input
+                failure[:] = [str(err).split(": ", 1)[-1]]
                 return False
             assert ctx.record is not None
             return all(ctx.record.get(p.name, (0, 0))[1] > p.lo for p in reflect)
@@ -775,7 +880,7 @@ class StreamingModule(nn.Module):
         ctx = _Context(
             state_in=state, lazy=lazy, lookahead=(start, commit, n), chunk=_described(chunk)
         )
-        out = self._run(x, ctx)
+        out = self._run(x, ctx, "flush()" if final else "step()")
         if isinstance(out, Tensor):
             odim = self.axis if self.axis >= 0 else out.dim() + self.axis
             if out.shape[odim] != n - start:
@@ -795,12 +900,12 @@ class StreamingModule(nn.Module):
     def forward(self, chunk: Tensor) -> Any:
         """Feed one chunk, keeping the state inside the module (see :meth:`reset`)."""
         self._check_chunk(chunk, "forward(): chunk")
+        self._self_check(chunk)
         if self._lookahead_mode:
             out, self._state = self._step_lookahead(
                 chunk, self._state or {}, final=False, lazy=True
             )
             return out
-        self._self_check(chunk)
         out, self._state = self._step_causal(chunk, self._state or {}, lazy=True, final=False)
         return out
 
@@ -839,7 +944,7 @@ class StreamingModule(nn.Module):
         """The state :meth:`forward` keeps (None before the first call or after reset)."""
         return self._state
 
-    def _run(self, chunk: Tensor, ctx: _Context) -> Any:
+    def _run(self, chunk: Tensor, ctx: _Context, where: str = "step()") -> Any:
         with self._lock:
             self._check_modes()
             self._ctx = ctx
@@ -848,8 +953,25 @@ class StreamingModule(nn.Module):
                     return self._root_stand_in(chunk)
                 with self._swapped():
                     return self.model(chunk)
+            except PaddingError:
+                raise
+            except Exception as err:
+                if ctx.static_pos is not None or torch.compiler.is_compiling():
+                    raise  # export traces the step: its own errors go to the exporter
+                dim = self.axis if self.axis >= 0 else chunk.dim() + self.axis
+                raise self._model_raised(err, int(chunk.shape[dim]), where) from err
             finally:
                 self._ctx = None
+
+    def _model_raised(self, err: BaseException, length: int, where: str) -> ModelRaised:
+        """The padkit error for what the model's code raised on a run of ``length`` samples,
+        naming the deepest of its modules whose forward raised."""
+        names = {id(m): name or "<model>" for name, m in self.model.named_modules()}
+        for _, key, layer, stand_in in self._slots:
+            names[id(stand_in)] = names.get(id(layer), key)
+        if self._root_stand_in is not None:
+            names[id(self._root_stand_in)] = "<model>"
+        return model_raised(err, names, self.model, length, where)
 
     def _run_recurrent(self, plan: RecurrentPlan, layer: nn.Module, x: Any, hx: Any) -> Any:
         ctx = self._ctx
@@ -861,6 +983,8 @@ class StreamingModule(nn.Module):
                 "a layer applied to two signals needs one state per use (use two layers)"
             )
         ctx.called.add(plan.name)
+        if hx is not None:
+            self._rnn_hx.add(plan.name)
         created = ctx.created if ctx.lazy else None
         unroll = ctx.static_pos is not None  # export: the fused op would fix the batch size
         return run_recurrent(plan, layer, x, hx, ctx.state_in, ctx.state_out, created, unroll)
@@ -925,6 +1049,54 @@ class StreamingModule(nn.Module):
         ctx.state_out[plan.key_buf] = tail.clone() if length > 3 * plan.history else tail
         ctx.state_out[plan.key_pos] = self._advance(ctx, pos, length)
         return y
+
+    def _call_layer(
+        self, plan: _Plan, layer: nn.Module, x: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> Tensor:
+        """A stand-in's call: the layer's streamed run on ``x``."""
+        if plan.pre_hooks:  # old-style weight/spectral norm: set the weight, as a call does
+            self._run_weight_hooks(plan, layer, x)
+        if plan.fast and not args and not kwargs:
+            y = self._run_fast(plan, layer, x)
+            if y is not None:
+                return y
+        elif (
+            plan.pointwise
+            and not args
+            and not kwargs
+            and isinstance(x, Tensor)
+            and x.dim() == 3
+            and x.shape[2] > 0
+        ):
+            # a 1x1 conv: no state, no padding, the torch conv (skips the layer's own forward)
+            w: Any = layer
+            return F.conv1d(x, w.weight, w.bias, 1, 0, 1, w.groups)
+        if x is None and "input" in kwargs:  # layer(input=x)
+            kwargs = dict(kwargs)
+            x = kwargs.pop("input")
+        if args or kwargs:
+            extra = [a for a in args if a is not None and a is not False]
+            extra += [k for k, v in kwargs.items() if v is not None and v is not False]
+            if extra or type(layer).forward is not _KeywordTolerant.forward:
+                raise PaddingError(
+                    f"StreamingModule: {type(layer).__name__} {plan.name!r} was called "
+                    f"with extra arguments {args!r} {kwargs!r}; a streamed layer takes the "
+                    "input only"
+                )
+        return self._run_layer(plan, layer, x)
+
+    def _run_weight_hooks(self, plan: _Plan, layer: nn.Module, x: Any) -> None:
+        from torch.nn.utils.spectral_norm import SpectralNorm
+
+        for hook in weight_hooks(layer):
+            if isinstance(hook, SpectralNorm) and layer.training:
+                raise PaddingError(
+                    f"StreamingModule cannot stream {type(layer).__name__} {plan.name!r} in "
+                    "train mode: its spectral norm runs a power iteration (updating its "
+                    "buffers) on every call, once per step instead of once per sequence; "
+                    "call model.eval()"
+                )
+            hook(layer, (x,))
 
     def _run_layer(self, plan: _Plan, layer: nn.Module, x: Tensor) -> Tensor:
         ctx = self._ctx
