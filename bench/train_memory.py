@@ -155,8 +155,12 @@ def main(argv: list[str] | None = None) -> None:
         for variant, env in VARIANTS.items():
             for _ in range(args.repeats):
                 out = subprocess.run(
-                    [sys.executable, __file__, "--child", model_name, variant]
-                    + ["--steps", str(args.steps), "--threads", str(args.threads)],
+                    [
+                        sys.executable,
+                        __file__,
+                        *("--child", model_name, variant),
+                        *("--steps", str(args.steps), "--threads", str(args.threads)),
+                    ],
                     # large blocks from mmap, so that freed memory leaves the process
                     env={**os.environ, "MALLOC_MMAP_THRESHOLD_": "65536", **env},
                     capture_output=True,
