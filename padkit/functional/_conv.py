@@ -21,6 +21,7 @@ from ..spec import (
     PaddingError,
     PaddingLike,
 )
+from . import _taps
 from ._common import (
     _PAD_MODE_CANON,
     Pairs,
@@ -220,8 +221,14 @@ def run_conv_torch(
     s: tuple[int, ...],
     d: tuple[int, ...],
     groups: int,
+    *,
+    taps: bool = True,
 ) -> Tensor:
     """A conv plan on torch's kernels (never the optional oneDNN backend).
+
+    A 1-d, stride-1, ungrouped conv with per-side pads runs as one GEMM per kernel tap
+    (``_taps``) where that was timed faster than the plan (inference; ``taps=False``: the
+    plan, which the timing runs).
 
     A plan that would multiply an element outside an output's window (a ``zero_extend``
     kernel's zero taps; a ``crop``'s dropped windows, whose zero gradients meet the input
@@ -230,6 +237,17 @@ def run_conv_torch(
     where the ``F.pad`` reference has nothing); otherwise the call runs as ``residual_pad``.
     Where the values cannot be looked at (:func:`values_visible`), it runs so up front.
     """
+    if taps and plan.strategy != "native" and _taps.eligible(x, weight, bias, s, groups):
+        got = _taps.taps_if_faster(
+            x,
+            weight,
+            bias,
+            plan.pads,
+            d[0],
+            lambda: run_conv_torch(plan, conv, x, weight, bias, s, d, groups, taps=False),
+        )
+        if got is not None:
+            return got
     plan = torch_conv_plan(
         plan,
         exporting=torch.compiler.is_exporting(),

@@ -1,0 +1,145 @@
+"""A 1-d convolution with per-side pads run as one matrix product per kernel tap.
+
+``out[:, t] = bias + sum_k W[:, :, k] @ x[:, t + k*d - lo]``: each tap is one GEMM of the
+weight's tap matrix with a shifted view of the input, accumulated into the part of the
+output where that tap reads the input (``torch.addmm(..., out=view)``, in place). The pads
+are never written: a tap's product over pad positions is zero and is skipped, so there is
+no padded copy of the input and no surplus output. For the stride-1, ungrouped 1-d convs of
+TCNs and audio codecs (a causal pad of ``d*(k-1)`` samples) torch's own dilated conv is
+slow, and this runs at about half its time on the machines measured (docs/performance.md);
+for others torch's conv is faster. So it runs only where it was timed faster than the
+torch plan on a call of the same signature class (:func:`taps_if_faster`), in inference
+on real CPU tensors.
+
+Exactness: every output sums the same products as the ``F.pad`` reference except those
+with a pad, which are zero there; summed in another order (float rounding). A NaN or an
+infinity of the input meets exactly the outputs whose window holds it. A weight that is
+not finite would make ``w * 0`` NaN in the reference where a tap meets a pad: such a
+weight runs the torch plan.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from .._finite import all_finite, values_visible
+from ..native import _dispatch as _backend, _tune
+from ._common import Pairs
+
+#: which of the torch plan and the per-tap products is faster, per signature class: the
+#: native backend's key (bucketed batch and length), timed on the second call of a class
+#: (the first runs the torch plan: a length seen once never pays for a timing), in memory
+#: only. The native backend's tuning switch turns the timing off (``PADKIT_NATIVE_TUNE=0``,
+#: ``padkit.native.set_tuning(False)``) and so do deterministic algorithms: then the
+#: torch plan runs.
+_TAPS = _tune.Tuner()
+_SEEN: set[Any] = set()
+#: per raw call signature: whether the taps run (what a repeated call looks up)
+_RAW: dict[tuple[Any, ...], bool] = {}
+_DTYPES = (torch.float32, torch.float64)
+
+
+def conv1d_taps(x: Tensor, weight: Tensor, bias: Tensor | None, pads: Pairs, d: int) -> Tensor:
+    """The 1-d, stride-1, ungrouped conv of ``x`` (N, C, L) padded by ``pads`` (zeros)."""
+    n, _, length = x.shape
+    cout, _, k = weight.shape
+    ((lo, hi),) = pads
+    out_len = length + lo + hi - d * (k - 1)
+    out = x.new_empty((n, cout, out_len))
+    taps = weight.permute(2, 0, 1).contiguous()  # (k, out, in): one matrix per tap
+    spans = []
+    for j in range(k):
+        off = j * d - lo  # output t reads input t + off
+        t0, t1 = max(0, -off), min(out_len, length - off)
+        if t1 > t0:
+            spans.append((j, off, t0, t1))
+    # a tap that reads the input for every output starts the sum (with the bias)
+    first = next((s for s in spans if s[2] == 0 and s[3] == out_len), None)
+    if first is not None:  # it writes the output: it runs before the others add to it
+        spans.remove(first)
+        spans.insert(0, first)
+    for i in range(n):
+        o, xi = out[i], x[i]
+        if first is None:
+            if bias is None:
+                o.zero_()
+            else:
+                o.copy_(bias.unsqueeze(1).expand(cout, out_len))
+        for j, off, t0, t1 in spans:
+            src = xi[:, t0 + off : t1 + off]
+            if (j, off, t0, t1) == first:
+                if bias is None:
+                    torch.mm(taps[j], src, out=o)
+                else:
+                    torch.addmm(bias.unsqueeze(1).expand(cout, out_len), taps[j], src, out=o)
+            else:
+                part = o[:, t0:t1]
+                torch.addmm(part, taps[j], src, out=part)
+    return out
+
+
+def eligible(
+    x: Tensor, weight: Tensor, bias: Tensor | None, s: tuple[int, ...], groups: int
+) -> bool:
+    """A call the per-tap products can run: a 1-d, stride-1, ungrouped float32/float64
+    conv on plain CPU tensors whose values may be looked at, outside autograd, with the
+    timing switch on (see ``_TAPS``)."""
+    if len(s) != 1 or s[0] != 1 or groups != 1 or x.dim() != 3 or x.stride(-1) != 1:
+        return False
+    if x.dtype not in _DTYPES or weight.dtype != x.dtype:
+        return False
+    if bias is not None and (bias.dtype != x.dtype or not values_visible(bias)):
+        return False
+    grad = torch.is_grad_enabled() and (
+        x.requires_grad or weight.requires_grad or (bias is not None and bias.requires_grad)
+    )
+    return (
+        not grad
+        and values_visible(x)
+        and values_visible(weight)
+        and _backend.HOOK.tuner.measure
+        and not torch.are_deterministic_algorithms_enabled()
+    )
+
+
+def taps_if_faster(
+    x: Tensor,
+    weight: Tensor,
+    bias: Tensor | None,
+    pads: Pairs,
+    d: int,
+    torch_plan: Callable[[], Tensor],
+) -> Tensor | None:
+    """The per-tap result where it was timed faster than ``torch_plan`` for this call's
+    signature class, else None (the caller runs its plan). The caller checks
+    :func:`eligible` first."""
+    threads = torch.get_num_threads()
+    raw = (x.shape, x.stride(), x.dtype, weight.shape, pads, d, bias is None, threads)
+    use = _RAW.get(raw)
+    if use is None:
+        key = ("conv_taps", *_backend._conv_key("conv", x, weight, (1,), (d,), pads, 1, False)[1:])
+        got = _TAPS.known(key)
+        if got is None:
+            if key not in _SEEN:
+                if len(_SEEN) >= 4096:
+                    _SEEN.clear()
+                _SEEN.add(key)
+                return None  # first sighting: the torch plan, untimed
+            with torch.no_grad():
+                got = _TAPS.decide(
+                    key,
+                    torch_plan,
+                    lambda: conv1d_taps(x, weight, bias, pads, d),
+                    contextlib.nullcontext,
+                )
+        if len(_RAW) >= 4096:
+            _RAW.clear()
+        use = _RAW[raw] = got
+    if not use or not all_finite(weight):
+        return None
+    return conv1d_taps(x, weight, bias, pads, d)
