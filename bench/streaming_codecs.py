@@ -36,7 +36,8 @@ measured close together in time. Reported, per case and chunk size:
 
 Chunk sizes: the hop, 7 samples (a prime) and 1 sample; hop chunks stream ``--hops`` hops, the
 others ``--short`` hops. ``--profile`` then profiles padkit's step (cProfile and
-``torch.profiler``) on the moshi encoder at the hop and at 1 sample.
+``torch.profiler``) on the moshi encoder at the hop and at 1 sample, and on the cached_conv
+stack at the hop.
 
     python bench/streaming_codecs.py                 # 1 thread, about a minute
     python bench/streaming_codecs.py --profile       # and where padkit's step time goes
