@@ -32,7 +32,7 @@ import copy
 import math
 import types
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -167,13 +167,24 @@ def module_op(module: nn.Module) -> Op | None:
         return None
 
 
-def owns(module: nn.Module, op: Op) -> bool:
+def owns(module: nn.Module, op: Op, *, as_called: bool = False) -> bool:
     """Whether ``op`` (a call made by ``module``'s own code) computes what ``module``'s
     attributes say: same kind, kernel, stride, dilation, groups, static padding and pool
-    flags. Such a module is a conv or pool whatever its class does to its weight first."""
+    flags. Such a module is a conv or pool whatever its class does to its weight first.
+
+    With ``as_called``, the module is held to its ``padding`` attribute as torch keeps it
+    (ints), which is what its call hands on, even where padkit reads the layer as padding
+    TF 'same' (timm's ``Conv2dSame``, whose own code pads first: dilate re-derives that
+    pad in code separately)."""
     own = module_op(module)
     if own is None or own.kind != op.kind or own.nd != op.nd:
         return False
+    raw: Any = getattr(module, "padding", None)
+    if as_called and raw is not None and not isinstance(raw, str):
+        try:
+            own = replace(own, padding=Padding.parse(raw, own.nd))
+        except (TypeError, ValueError):
+            return False
     return (
         own.kernel == op.kernel
         and own.stride == op.stride
@@ -534,18 +545,29 @@ def ceil_div(a: int, b: int) -> int:
 
 
 def lattice_pairs(
-    rule: str | tuple[int, int], op: Op, axis: int, n: int, f: int
+    rule: str | tuple[int, int], op: Op, axis: int, n: int, f: int, restrided: bool = False
 ) -> tuple[int, int]:
     """The pads of one axis on a lattice of factor ``f``: ``f`` times the original's pads
-    at the original's size ``ceil(n / f)``."""
+    at the original's size ``ceil(n / f)``.
+
+    With ``restrided`` (the reader's stride on this axis became dilation), a size-dependent
+    rule (TF 'same') keeps the start pad ``f * lo`` but ends at ``f*d*(k-1) - f*lo``: the
+    dense output then has the input's length ``n``, whatever ``n`` is. Every length in
+    ``(F*(m-1), F*m]`` (``F = f*s``, ``m = ceil(ceil(n/f)/s)`` the original output length)
+    keeps the lattice outputs exact, and ``n`` always lies there; the original's own end pad
+    at ``ceil(n/f)`` would make the dense length vary with ``n`` modulo ``f*s``, so that
+    beside a branch of fixed offset (a strided 1x1 shortcut) no constant end padding could
+    even a join out at every size."""
     if isinstance(rule, tuple):
         lo, hi = rule
-    else:
-        k, s, d = op.kernel[axis], op.stride[axis], op.dilation[axis]
-        pairs = _same_pairs(rule, k, s, d, ceil_div(n, f))
-        if pairs is None:  # pragma: no cover - same rules resolve at every size
-            raise PaddingError(f"{rule!r} does not resolve at size {ceil_div(n, f)}")
-        lo, hi = pairs
+        return f * lo, f * hi
+    k, s, d = op.kernel[axis], op.stride[axis], op.dilation[axis]
+    pairs = _same_pairs(rule, k, s, d, ceil_div(n, f))
+    if pairs is None:  # pragma: no cover - same rules resolve at every size
+        raise PaddingError(f"{rule!r} does not resolve at size {ceil_div(n, f)}")
+    lo, hi = pairs
+    if restrided and s > 1:
+        return f * lo, f * (d * (k - 1) - lo)
     return f * lo, f * hi
 
 
