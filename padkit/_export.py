@@ -395,7 +395,7 @@ def _check_caffe(op: _Op, sizes: Sequence[Any], pairs: Sequence[tuple[int, int]]
 
 def _auto_pad(op: _Op, axes: _Axes) -> str | None:
     """``SAME_UPPER``/``SAME_LOWER`` where onnxruntime computes this op's pads exactly."""
-    if not axes.any_dyn or op.spec.ceil_mode:
+    if not axes.any_dyn or op.spec.ceil_mode or op.spec.pre is not None:
         return None
     rules = set(op.spec.axes)
     if len(rules) != 1 or next(iter(rules)) not in ("same", "same_lower"):
@@ -438,9 +438,15 @@ def _dynamic_pad(
     km1 = [op.k_eff[i] - 1 if dyn[i] else 0 for i in range(nd)]
     strides = [op.s[i] if dyn[i] else 1 for i in range(nd)]
     i64 = torch.int64
+    # static pads before the rule (Padding.pre): the rule resolves on the padded size
+    pre = [op.spec.pre[i] if dyn[i] and op.spec.pre is not None else (0, 0) for i in range(nd)]
     shp = b.spatial_shape(x, nd)
     rem = b.node(
-        "Mod", [b.node("Sub", [shp, b.ints([1])], {}, [nd], i64), b.ints(strides)], {}, [nd], i64
+        "Mod",
+        [b.node("Sub", [shp, b.ints([1 - a - c for a, c in pre])], {}, [nd], i64), b.ints(strides)],
+        {},
+        [nd],
+        i64,
     )
     total = b.node("Sub", [b.ints(km1), rem], {}, [nd], i64)
     if any(dyn[i] and op.k_eff[i] < op.s[i] for i in range(nd)):
@@ -448,11 +454,20 @@ def _dynamic_pad(
     small = b.node("Div", [total, b.ints([2])], {}, [nd], i64)
     big = b.node("Sub", [total, small], {}, [nd], i64)
     lo, hi = (small, big) if upper else (big, small)
+    if any(p != (0, 0) for p in pre):
+        lo = b.node("Add", [lo, b.ints([a for a, _ in pre])], {}, [nd], i64)
+        hi = b.node("Add", [hi, b.ints([c for _, c in pre])], {}, [nd], i64)
     pads = b.node(
         "Concat", [b.ints([0, 0]), lo, b.ints([0, 0]), hi], {"axis": 0}, [2 * nd + 4], i64
     )
     new_sizes = [
-        (None if n is None else n + _same_total(n, op.k_eff[i], op.s[i])) if dyn[i] else n
+        (
+            None
+            if n is None
+            else n + sum(pre[i]) + _same_total(n + sum(pre[i]), op.k_eff[i], op.s[i])
+        )
+        if dyn[i]
+        else n
         for i, n in enumerate(sizes)
     ]
     inputs = [x, pads]

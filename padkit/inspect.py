@@ -161,6 +161,8 @@ def _pairs_text(pairs: Pairs | None) -> str:
 
 def _spec_text(spec: Padding) -> str:
     """A spec as one would write it in a padkit ``padding=`` argument."""
+    if spec.pre is not None:
+        return spec.describe()
     axes = spec.axes
     if len(set(axes)) == 1:
         only = axes[0]
@@ -509,7 +511,9 @@ def _export_form(f: _Facts, pairs: Pairs | None) -> tuple[str, str]:
     if dyn:
         # as padkit._export: auto_pad where onnxruntime computes the pads exactly (one
         # same-family rule on every axis, dilation 1, kernel >= stride, zero padding)
-        whole = len(set(f.spec.axes)) == 1 and rules <= {"same", "same_lower"}
+        whole = (
+            len(set(f.spec.axes)) == 1 and rules <= {"same", "same_lower"} and f.spec.pre is None
+        )
         k_eff = [d * (k - 1) + 1 for k, d in zip(f.kernel, f.dilation)]
         why = " (per-axis rules)"
         if whole and any(d != 1 for d in f.dilation):

@@ -398,6 +398,12 @@ class Op:
                     f"return_indices=True needs padding_value=-inf (a window whose maximum is "
                     f"a pad has no input index), got padding_value={padding_value!r}"
                 )
+            if kind == "conv_transpose" and spec.pre is not None:
+                raise PaddingError(
+                    f"a transposed conv crops its output rather than padding its input, so "
+                    f"static pads before a rule mean nothing there, got padding "
+                    f"{spec.describe()}"
+                )
             if kind == "conv_transpose" and mode != "zeros":
                 raise PaddingError(
                     f"padding_mode must be 'zeros' for a transposed conv (it crops its output "

@@ -207,6 +207,12 @@ class Padding:
         ceil_mode: Caffe-style ceil rounding (see :meth:`from_caffe`). Pools run it
             natively as ``ceil_mode=True``; convs resolve it to the tight end pad
             that gives the same output size.
+        pre: static ``(lo, hi)`` pads per axis applied before the rules (None: none). An
+            axis ``rule`` with ``pre=(a, b)`` pads ``(a + lo, b + hi)``, where ``(lo, hi)``
+            is ``rule`` resolved on the padded size ``n + a + b``: a constant pad followed
+            by a TF ``'same'`` pad computed from its output's size (Hugging Face BiT's stem,
+            which :func:`padkit.surgery.convert` folds into one padkit pool). Built by
+            passing ``pre=`` only; on an axis holding ``(lo, hi)`` it is added to the pair.
 
     Example:
         >>> p = Padding.parse(((0, 1), "same"))
@@ -221,6 +227,7 @@ class Padding:
     axes: tuple[AxisRule, ...]
     broadcast: bool = False
     ceil_mode: bool = False
+    pre: tuple[tuple[int, int], ...] | None = None
 
     def __post_init__(self) -> None:
         # built directly (not through parse): check and canonicalise the fields, so that a
@@ -263,8 +270,46 @@ class Padding:
             raise PaddingError(
                 f"Padding(broadcast=True) needs exactly one axis rule, got {len(canon)}: {axes!r}"
             )
+        pre = self._check_pre(len(canon))
+        if pre is not None:
+            for i, (a, b) in enumerate(pre):
+                rule = canon[i]
+                if isinstance(rule, tuple):  # a static axis: the pads add up
+                    canon[i] = (rule[0] + a, rule[1] + b)
+                    pre[i] = (0, 0)
+                elif rule == "valid":
+                    canon[i], pre[i] = (a, b), (0, 0)
+            if self.ceil_mode and any(p != (0, 0) for p in pre):
+                raise PaddingError(
+                    f"Padding(pre={self.pre!r}) with Caffe ceil rounding: rounding after pads "
+                    "that come before the rules has no single convention; padkit refuses it"
+                )
+        kept = tuple(pre) if pre is not None and any(p != (0, 0) for p in pre) else None
+        if kept != self.pre:
+            object.__setattr__(self, "pre", kept)
         if not isinstance(axes, tuple) or any(a is not b for a, b in zip(canon, axes)):
             object.__setattr__(self, "axes", tuple(canon))
+
+    def _check_pre(self, n: int) -> list[tuple[int, int]] | None:
+        pre: Any = self.pre
+        if pre is None:
+            return None
+        if isinstance(pre, (str, bytes)) or not isinstance(pre, Sequence):
+            raise TypeError(
+                f"Padding(pre=...) must be None or a tuple of (lo, hi) pairs, one per axis, got "
+                f"{type(pre).__name__} ({pre!r})"
+            )
+        if len(pre) != n or not all(_is_pair(p) for p in pre):
+            raise PaddingError(
+                f"Padding(pre=...) must hold one (lo, hi) pair per axis rule ({n}), got {pre!r}"
+            )
+        pairs = [
+            (_as_int(p[0], f"pre[{i}][0]"), _as_int(p[1], f"pre[{i}][1]"))
+            for i, p in enumerate(pre)
+        ]
+        if any(min(p) < 0 for p in pairs):
+            raise PaddingError(f"Padding(pre=...) must be non-negative, got {pre!r}")
+        return pairs
 
     # ------------------------------------------------------------------ parsing
 
@@ -373,7 +418,8 @@ class Padding:
     def expand(self, ndim: int, *, name: str = "padding") -> Padding:
         """This spec for exactly ``ndim`` spatial axes (a broadcast spec is repeated)."""
         if self.broadcast:
-            return Padding(self.axes * ndim, broadcast=False, ceil_mode=self.ceil_mode)
+            pre = None if self.pre is None else self.pre * ndim
+            return Padding(self.axes * ndim, broadcast=False, ceil_mode=self.ceil_mode, pre=pre)
         if len(self.axes) != ndim:
             raise PaddingError(
                 f"{name} has {len(self.axes)} axis/axes ({self.describe()}) but the operation "
@@ -407,6 +453,11 @@ class Padding:
     def describe(self) -> str:
         """A short human-readable form, e.g. ``'(0, 1), same'``."""
         parts = [repr(a) if isinstance(a, str) else f"({a[0]}, {a[1]})" for a in self.axes]
+        if self.pre is not None:
+            parts = [
+                part if p == (0, 0) else f"({p[0]}, {p[1]}) then {part}"
+                for part, p in zip(parts, self.pre)
+            ]
         text = ", ".join(parts) + (" on every axis" if self.broadcast else "")
         return text + (" with ceil rounding" if self.ceil_mode else "")
 
@@ -465,6 +516,16 @@ class Padding:
         )
 
     def _resolve_axis(
+        self, axis: int, rule: AxisRule, k: int, s: int, d: int, n: int | None
+    ) -> tuple[int, int]:
+        if self.pre is not None:
+            a, b = self.pre[axis % len(self.pre)]
+            if a or b:
+                lo, hi = self._resolve_rule(axis, rule, k, s, d, None if n is None else n + a + b)
+                return lo + a, hi + b
+        return self._resolve_rule(axis, rule, k, s, d, n)
+
+    def _resolve_rule(
         self, axis: int, rule: AxisRule, k: int, s: int, d: int, n: int | None
     ) -> tuple[int, int]:
         k_eff = d * (k - 1) + 1
@@ -642,6 +703,7 @@ class Padding:
         """
         if (
             not self.ceil_mode
+            and self.pre is None
             and len(set(self.axes)) == 1
             and self.axes[0]
             in (
@@ -759,7 +821,7 @@ class Padding:
     # ------------------------------------------------------------------ misc
 
     def with_axes(self, axes: Iterable[AxisRule]) -> Padding:
-        """A copy with other axes (same ceil rounding)."""
+        """A copy with other axes (same ceil rounding; no pads before the rules)."""
         return Padding(tuple(axes), ceil_mode=self.ceil_mode)
 
 

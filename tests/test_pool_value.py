@@ -290,24 +290,38 @@ def _bit(**kwargs: Any) -> nn.Module:
     return model
 
 
-def test_bit_dynamic_padding_converts_fully_and_exactly() -> None:
-    model = _bit(global_padding="SAME", embedding_dynamic_padding=True)
+#: dynamic padding on: TF 'same' in code everywhere, or (static global padding) a
+#: ConstantPad2d read by the max pool's dynamic 'same' pad (a chain of two pads)
+BIT_CONFIGS = {
+    "same": {"global_padding": "SAME", "embedding_dynamic_padding": True},
+    "static-global": {"embedding_dynamic_padding": True},
+}
+
+
+@pytest.mark.parametrize("config", list(BIT_CONFIGS))
+def test_bit_dynamic_padding_converts_fully_and_exactly(config: str) -> None:
+    model = _bit(**BIT_CONFIGS[config])
     new, report = convert(model)
     assert not report.skipped, report.skipped
     assert list(new.state_dict()) == list(model.state_dict())
     pool = new.embedder.pooler
-    assert "0.0 pad" in next(c.detail for c in report.changes if c.path == "embedder.pooler")
+    detail = next(c.detail for c in report.changes if c.path == "embedder.pooler")
+    assert "0.0 pad" in detail
+    if config == "static-global":  # the ConstantPad2d folds too, ahead of the 'same' pad
+        assert "static ((1, 1), (1, 1)) then TF 'same'" in detail
+        assert "embedder.pad" in {c.path for c in report.changes}
     assert isinstance(pool, type(model.embedder.pooler))
-    for h, w in ((64, 64), (67, 53)):
+    for h, w in ((64, 64), (67, 53), (66, 65)):
         x = torch.randn(2, 3, h, w)
         with torch.no_grad():
             ref, out = model(x).last_hidden_state, new(x).last_hidden_state
         torch.testing.assert_close(out, ref, rtol=0, atol=1e-6 * float(ref.abs().max()))
 
 
+@pytest.mark.parametrize("config", list(BIT_CONFIGS))
 @pytest.mark.parametrize("output_stride", [16, 8])
-def test_bit_dilates_exactly_with_lattice_statistics(output_stride: int) -> None:
-    model = _bit(embedding_dynamic_padding=True)
+def test_bit_dilates_exactly_with_lattice_statistics(output_stride: int, config: str) -> None:
+    model = _bit(**BIT_CONFIGS[config])
     new, report = dilate(model, output_stride)
     assert list(new.state_dict()) == list(model.state_dict())
     norms = [c for c in report.changes if "statistics per phase" in c.detail]
@@ -317,11 +331,13 @@ def test_bit_dilates_exactly_with_lattice_statistics(output_stride: int) -> None
         assert isinstance(norm, type(model.get_submodule(c.path)))
         assert type(norm).__name__ == "BitGroupNormActivation"
     r = 32 // output_stride
-    for h, w in ((64, 64), (67, 53)):
+    for h, w in ((64, 64), (67, 53), (66, 65), (97, 80)):
         x = torch.randn(1, 3, h, w)
         with torch.no_grad():
             ref, out = model(x).last_hidden_state, new(x).last_hidden_state
         torch.testing.assert_close(out[..., ::r, ::r], ref, rtol=1e-5, atol=1e-5)
+        for n, m in zip(out.shape[-2:], ref.shape[-2:]):  # the window the lattice allows
+            assert r * (m - 1) < n <= r * m
     # each norm past the output stride takes statistics per phase: on its dense input, each
     # phase equals the original norm applied to that phase alone (interleaved back)
     seen: dict[str, tuple[Tensor, Tensor]] = {}

@@ -651,7 +651,11 @@ def default_count_include_pad(padding: PaddingLike, nd: int, where: str) -> bool
     tf_axes = [i for i, rule in enumerate(spec.axes) if rule in ("same", "same_lower")]
     if not tf_axes:
         return True
-    torch_axes = [i for i, rule in enumerate(spec.axes) if isinstance(rule, tuple) and any(rule)]
+    torch_axes = [
+        i
+        for i, rule in enumerate(spec.axes)
+        if (isinstance(rule, tuple) and any(rule)) or (spec.pre is not None and any(spec.pre[i]))
+    ]
     if torch_axes:
         raise PaddingError(
             f"{where}: padding {spec.describe()} mixes a TF/ONNX rule (axis {tf_axes[0]}: pads "

@@ -44,7 +44,7 @@ def _check_channels(cls: str, in_channels: Any, out_channels: Any, groups: int) 
 def _padding_repr(spec: Padding) -> str:
     return (
         spec.describe()
-        if spec.ndim is None
+        if spec.ndim is None or spec.pre is not None
         else repr(spec.to_jax())
         if spec.is_explicit
         else ("(" + ", ".join(repr(a) for a in spec.axes) + ")")
@@ -62,6 +62,12 @@ def _fx_padding(spec: Padding, cls: str) -> Any:
         raise PaddingError(
             f"{cls}: torch.fx cannot carry Caffe ceil-rounded padding ({spec.describe()}) into "
             "generated code; trace the model with torch.jit.trace, torch.export or torch.compile"
+        )
+    if spec.pre is not None:
+        raise PaddingError(
+            f"{cls}: torch.fx cannot carry static pads before a padding rule ({spec.describe()}) "
+            "into generated code; trace the model with torch.jit.trace, torch.export or "
+            "torch.compile"
         )
     return tuple(spec.axes)
 

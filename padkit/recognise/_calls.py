@@ -11,13 +11,13 @@ classes.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from torch import Tensor, nn
 
 from ..op import Op
-from ..spec import PaddingError, _tuple_of
+from ..spec import Padding, PaddingError, _tuple_of
 
 __all__ = [
     "FUNCTION_KINDS",
@@ -156,13 +156,24 @@ def module_op(module: nn.Module) -> Op | None:
         return None
 
 
-def owns(module: nn.Module, op: Op) -> bool:
+def owns(module: nn.Module, op: Op, *, as_called: bool = False) -> bool:
     """Whether ``op`` (a call made by ``module``'s own code) computes what ``module``'s
     attributes say: same kind, kernel, stride, dilation, groups, static padding and pool
-    flags. Such a module is a conv or pool whatever its class does to its weight first."""
+    flags. Such a module is a conv or pool whatever its class does to its weight first.
+
+    With ``as_called``, the module is held to its ``padding`` attribute as torch keeps it
+    (ints), which is what its call hands on, even where padkit reads the layer as padding
+    TF 'same' (timm's ``Conv2dSame``, whose own code pads first: dilate re-derives that
+    pad in code separately)."""
     own = module_op(module)
     if own is None or own.kind != op.kind or own.nd != op.nd:
         return False
+    raw: Any = getattr(module, "padding", None)
+    if as_called and raw is not None and not isinstance(raw, str):
+        try:
+            own = replace(own, padding=Padding.parse(raw, own.nd))
+        except (TypeError, ValueError):
+            return False
     return (
         own.kernel == op.kernel
         and own.stride == op.stride

@@ -256,6 +256,12 @@ def _plan_direct(
             "axis: its last window depends on where the sequence ends"
         )
     rule = spec.axes[ti]
+    if spec.pre is not None and spec.pre[ti] != (0, 0):
+        raise PaddingError(
+            f"StreamingModule: {what} pads the time axis with {spec.describe()}: a rule "
+            "resolved after static pads depends on the sequence length; use 'causal' or "
+            "'causal_block'"
+        )
     try:
         ((lo, hi),) = Padding((rule,), ceil_mode=spec.ceil_mode).resolve(
             k[ti], s[ti], d[ti], ndim=1

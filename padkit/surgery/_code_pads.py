@@ -143,18 +143,48 @@ class _CodePads:
         self.calls = Counter(e.path for e in events if e.kind == "module")
         self.called = set(self.calls)
         self.by_id = _paths_by_id(self.out)
+        # a pad whose one reader is another pad: folded with it (inner index -> outer index)
+        self.feeds: dict[int, int] = {}
         for i, event in enumerate(events):
             if event.kind == "function" and "pad" in event.info:
-                why = self.fold(i, event)
+                inner = self._pad_reader(i)
+                if inner is not None:
+                    self.feeds[inner] = i
+        outer = set(self.feeds.values())
+        for i, event in enumerate(events):
+            if event.kind == "function" and "pad" in event.info and i not in outer:
+                chain = [i]
+                while chain[0] in self.feeds:
+                    chain.insert(0, self.feeds[chain[0]])
+                why = self.fold(i, event, chain[:-1])
                 if why is not None:
                     self.skips.append(Skip(event.path, why))
+                    for k in chain[:-1]:
+                        self.skips.append(
+                            Skip(
+                                self.events[k].path,
+                                f"its {self.events[k].name}() output is read by the pad of "
+                                f"{event.path or '<root>'!r}, which is left in place: {why}",
+                            )
+                        )
         return self.apply()
 
-    def fold(self, i: int, event: Event) -> str | None:
-        """Plan the fold of one pad call; the reason it is left in place, or None."""
+    def _pad_reader(self, i: int) -> int | None:
+        """The pad call that is the one reader of pad call ``i``'s output, or None."""
+        if self.events[i].info.get("uses", 0) != 1:
+            return None
+        readers = [
+            j
+            for j, e in enumerate(self.events)
+            if e.info.get("src") == i and e.kind == "function" and "pad" in e.info
+        ]
+        return readers[0] if len(readers) == 1 else None
+
+    def fold(self, i: int, event: Event, before: Sequence[int] = ()) -> str | None:
+        """Plan the fold of one pad call, and of the pad calls ``before`` it whose outputs
+        it reads in turn (outermost first); the reason they are left in place, or None."""
         pad: PadCall = event.info["pad"]
         owner_path = event.path
-        owner = self.modules[owner_path]
         readers = [
             (j, e)
             for j, e in enumerate(self.events)
@@ -212,11 +242,17 @@ class _CodePads:
                 f"{[(n, p) for n, p in samples[:4]]}...)"
             )
         rules_: list[Rule] = [r for r in rules if r is not None]
+        outer = self.outer_pads(before, pad, op, owner_path)
+        if isinstance(outer, str):
+            return outer
+        pre, outer_plans = outer
         name = type(self.modules[reader_path]).__name__
-        folded, why = _fold_into(op, name, rules_, pad.mode, pad.value)
+        folded, why = _fold_into(op, name, rules_, pad.mode, pad.value, pre)
         if folded is None:
             return f"not folded into {reader_path!r}: {why}"
         text = _rule_text(rules_)
+        if pre is not None:
+            text = f"static {tuple(pre)} then {text}"
         reader_module = self.modules[reader_path]
         if reader.kind == "module":
             new = _build(folded, reader_module)
@@ -244,6 +280,16 @@ class _CodePads:
                 f"takes the {text} {why} pad of {owner_path or '<root>'!r}",
             )
         )
+        for k, k_only, k_ordinal, k_text in outer_plans:
+            self.drop(self.events[k], k_only, k_ordinal, reader_path, k_text)
+        self.drop(event, pad_only, ordinal, reader_path, _rule_text(rules_))
+        return None
+
+    def drop(self, event: Event, pad_only: bool, ordinal: int, reader_path: str, text: str) -> None:
+        """The pad call of ``event``, folded into ``reader_path``, no longer runs: its module
+        becomes a passthrough (where padding is all it computes) or skips that call."""
+        owner_path = event.path
+        owner = self.modules[owner_path]
         pname = base_name(event.name)
         if pad_only and owner_path != reader_path and owner_path not in self.edits:
             self.swaps[owner_path] = passthrough(owner, f"its pad is folded into {reader_path}")
@@ -262,7 +308,54 @@ class _CodePads:
                 f"its {text} pad is folded into {reader_path!r}",
             )
         )
-        return None
+
+    def outer_pads(
+        self, before: Sequence[int], pad: PadCall, op: Op, inner_path: str
+    ) -> str | tuple[list[tuple[int, int]] | None, list[tuple[int, bool, int, str]]]:
+        """The pad calls ``before`` a folded pad (outermost first, each read only by the
+        next): their static pads, summed per axis, which the inner pad's rule resolves after
+        (``Padding.pre``), and the plan to drop each; or why they cannot fold. Each must be
+        a constant pad with the inner pad's value, in a module called once, with amounts
+        that do not depend on the input size."""
+        if not before:
+            return None, []
+        nd = op.nd
+        total = [(0, 0)] * nd
+        plans: list[tuple[int, bool, int, str]] = []
+        inner = f"the pad of {inner_path or '<root>'!r}"
+        for k in before:
+            ev = self.events[k]
+            path = ev.path
+            outer: PadCall = ev.info["pad"]
+            where = f"{path or '<root>'!r} pads before {inner}, and"
+            if (outer.mode, outer.value) != (pad.mode, pad.value) or outer.mode != "constant":
+                return (
+                    f"{where} they pad with (mode, value) {(outer.mode, outer.value)} and "
+                    f"{(pad.mode, pad.value)}: one padkit layer's pads hold one constant value"
+                )
+            if self.calls.get(path, 0) != 1 or len(self.by_id.get(id(self.modules[path]), [])) > 1:
+                return (
+                    f"{where} it is called {self.calls.get(path, 0)} times per forward or "
+                    "shared; pads are folded in modules called once"
+                )
+            pairs = self._spatial(outer.pairs, nd)
+            if pairs is None or any(min(p) < 0 for p in pairs):
+                return f"{where} it pads non-spatial axes or crops ({outer.pairs})"
+            sampled = self.sample(ev, k, op)
+            if isinstance(sampled, str):
+                return f"{where} {sampled}"
+            samples, only, ordinal = sampled
+            rules = [pad_rule(samples, op, axis) for axis in range(nd)]
+            if not all(isinstance(r, tuple) for r in rules):
+                return (
+                    f"{where} its amounts depend on the input size "
+                    f"({[(n, p) for n, p in samples[:4]]}...): padkit folds static pads "
+                    "before a rule, not a rule before another"
+                )
+            static = [r for r in rules if isinstance(r, tuple)]
+            total = [(a + lo, b + hi) for (a, b), (lo, hi) in zip(total, static)]
+            plans.append((k, only, ordinal, _rule_text(static)))
+        return total, plans
 
     @staticmethod
     def _spatial(pairs: Sequence[tuple[int, int]], nd: int) -> list[tuple[int, int]] | None:

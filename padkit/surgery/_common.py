@@ -284,6 +284,8 @@ def _pads_text(layer: _Layer) -> str:
     pairs = layer.static_pairs()
     if pairs is not None:
         return str(tuple(pairs))
+    if layer.padding.pre is not None:
+        return f"({layer.padding.describe()})"
     return (
         "(" + ", ".join(repr(a) if isinstance(a, str) else str(a) for a in layer.padding.axes) + ")"
     )

@@ -59,11 +59,17 @@ Rule = str | tuple[int, int]
 
 
 def _fold_into(
-    layer: _Layer, name: str, added: Sequence[Rule], mode: str, value: float
+    layer: _Layer,
+    name: str,
+    added: Sequence[Rule],
+    mode: str,
+    value: float,
+    pre: Sequence[tuple[int, int]] | None = None,
 ) -> tuple[_Layer | None, str]:
     """The padkit layer equal to ``layer`` run on its input padded by ``added`` (per axis:
     static ``(lo, hi)`` pads or a same-family rule), or None and the reason it is not
-    exact."""
+    exact. ``pre`` are static pads made before ``added`` (a pad that another pad reads),
+    on whose output a rule resolves (:attr:`padkit.Padding.pre`)."""
     own = layer.static_pairs()
     if own is None:
         return None, f"its padding {layer.padding.describe()} depends on the input size"
@@ -76,7 +82,7 @@ def _fold_into(
             axes.append(rule)
         else:
             axes.append((rule[0] + pair[0], rule[1] + pair[1]))
-    total = Padding(tuple(axes))
+    total = Padding(tuple(axes), pre=None if pre is None else tuple(pre))
     if mode != "constant":
         if layer.kind != "conv":
             return None, f"{mode} padding before a pool has no padkit pool equivalent"

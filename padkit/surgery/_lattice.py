@@ -235,7 +235,9 @@ torch.fx.wrap("_lattice")
 class _LatticePad:
     """A replacement for a pad call in code: the pads of ``rules`` (for ``op``) on the
     lattice of ``factor``, from the size of the call's own input (a module-level class, so
-    a module rewired with it pickles)."""
+    a module rewired with it pickles). On an axis where ``restrided`` (the reader's stride
+    became dilation) a TF 'same' rule keeps the dense length (:func:`lattice_pairs`);
+    ``more`` adds end cells that no lattice output reads (dilate's join check)."""
 
     def __init__(
         self,
@@ -243,16 +245,28 @@ class _LatticePad:
         rules: tuple[str | tuple[int, int], ...],
         factor: tuple[int, ...],
         value: float,
+        restrided: tuple[bool, ...] | None = None,
+        more: tuple[int, ...] | None = None,
     ) -> None:
         self.op, self.rules, self.factor, self.value = op, rules, factor, value
+        self.restrided = restrided if restrided is not None else (False,) * op.nd
+        self.more = more if more is not None else (0,) * op.nd
+
+    def pairs(self, sizes: Sequence[int]) -> Pairs:
+        """The pads of each spatial axis for an input of spatial size ``sizes``."""
+        restrided = getattr(self, "restrided", (False,) * self.op.nd)
+        more = getattr(self, "more", (0,) * self.op.nd)
+        return tuple(
+            (lo, hi + more[a])
+            for a in range(self.op.nd)
+            for lo, hi in (
+                lattice_pairs(self.rules[a], self.op, a, sizes[a], self.factor[a], restrided[a]),
+            )
+        )
 
     def __call__(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         x = args[0] if args else kwargs["input"]
-        nd = self.op.nd
-        sizes = tuple(x.shape[-nd:])
-        pairs: Pairs = tuple(
-            lattice_pairs(self.rules[a], self.op, a, sizes[a], self.factor[a]) for a in range(nd)
-        )
+        pairs = self.pairs(tuple(x.shape[-self.op.nd :]))
         flat = [p for lo_hi in reversed(pairs) for p in lo_hi]
         return torch.nn.functional.pad(x, flat, "constant", self.value)
 

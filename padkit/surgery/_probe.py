@@ -414,18 +414,29 @@ def ceil_div(a: int, b: int) -> int:
 
 
 def lattice_pairs(
-    rule: str | tuple[int, int], op: Op, axis: int, n: int, f: int
+    rule: str | tuple[int, int], op: Op, axis: int, n: int, f: int, restrided: bool = False
 ) -> tuple[int, int]:
     """The pads of one axis on a lattice of factor ``f``: ``f`` times the original's pads
-    at the original's size ``ceil(n / f)``."""
+    at the original's size ``ceil(n / f)``.
+
+    With ``restrided`` (the reader's stride on this axis became dilation), a size-dependent
+    rule (TF 'same') keeps the start pad ``f * lo`` but ends at ``f*d*(k-1) - f*lo``: the
+    dense output then has the input's length ``n``, whatever ``n`` is. Every length in
+    ``(F*(m-1), F*m]`` (``F = f*s``, ``m = ceil(ceil(n/f)/s)`` the original output length)
+    keeps the lattice outputs exact, and ``n`` always lies there; the original's own end pad
+    at ``ceil(n/f)`` would make the dense length vary with ``n`` modulo ``f*s``, so that
+    beside a branch of fixed offset (a strided 1x1 shortcut) no constant end padding could
+    even a join out at every size."""
     if isinstance(rule, tuple):
         lo, hi = rule
-    else:
-        k, s, d = op.kernel[axis], op.stride[axis], op.dilation[axis]
-        pairs = _same_pairs(rule, k, s, d, ceil_div(n, f))
-        if pairs is None:  # pragma: no cover - same rules resolve at every size
-            raise PaddingError(f"{rule!r} does not resolve at size {ceil_div(n, f)}")
-        lo, hi = pairs
+        return f * lo, f * hi
+    k, s, d = op.kernel[axis], op.stride[axis], op.dilation[axis]
+    pairs = _same_pairs(rule, k, s, d, ceil_div(n, f))
+    if pairs is None:  # pragma: no cover - same rules resolve at every size
+        raise PaddingError(f"{rule!r} does not resolve at size {ceil_div(n, f)}")
+    lo, hi = pairs
+    if restrided and s > 1:
+        return f * lo, f * (d * (k - 1) - lo)
     return f * lo, f * hi
 
 

@@ -95,8 +95,14 @@ def _style(layer: _Layer) -> list[str]:
     """Per axis: 'same' (same-style: a same-family rule, or torch/timm 'same'-ish symmetric
     pads), 'valid' (no pad, kernel > 1), 'none' (1-wide kernel, no pad) or 'other'."""
     styles = []
-    for rule, k, s, d in zip(layer.padding.axes, layer.kernel, layer.stride, layer.dilation):
+    pre = layer.padding.pre or ((0, 0),) * layer.nd
+    for rule, k, s, d, before in zip(
+        layer.padding.axes, layer.kernel, layer.stride, layer.dilation, pre
+    ):
         k_eff = d * (k - 1) + 1
+        if before != (0, 0):  # static pads, then a rule: no one convention's
+            styles.append("other")
+            continue
         if isinstance(rule, str):
             styles.append(
                 "same" if rule in _SAME_RULES else ("valid" if rule == "valid" else "other")
@@ -137,7 +143,7 @@ def _ported(layer: _Layer, target: str, cip: bool | None) -> _Layer:
                 axes.append(rule)
         else:
             axes.append(target)
-    new = replace(layer, padding=Padding(tuple(axes)))
+    new = replace(layer, padding=Padding(tuple(axes), pre=layer.padding.pre))
     if target != "symmetric" and "same" in styles and layer.kind != "conv":
         new = replace(new, ceil_mode=False)  # TF/ONNX SAME has no ceil rounding
     if cip is not None and layer.kind == "avg":
@@ -168,8 +174,9 @@ def _axis_key(layer: _Layer, axis: int, n: int, lo: int, hi: int) -> tuple[int, 
 
 def _axis_pairs(layer: _Layer, axis: int, n: int) -> tuple[int, int] | None:
     rule = layer.padding.axes[axis]
+    pre = None if layer.padding.pre is None else (layer.padding.pre[axis],)
     try:
-        return Padding((rule,)).resolve(
+        return Padding((rule,), pre=pre).resolve(
             layer.kernel[axis], layer.stride[axis], layer.dilation[axis], n
         )[0]
     except PaddingError:

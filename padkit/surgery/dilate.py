@@ -66,14 +66,11 @@ from ._trace import (
     strides,
 )
 
-_SAME_HINT = "; a timm 'same' layer pads per input size, which no static padding reproduces"
 _HINTS: dict[str, str] = {
     "AvgPool2dSame": (
         "; this is timm's own dilated average downsample, which is not exact: build the "
         "model at output stride 32 and dilate that"
     ),
-    "Conv2dSame": _SAME_HINT,
-    "MaxPool2dSame": _SAME_HINT,
 }
 
 
@@ -120,6 +117,8 @@ class _Dilation:
         self.pad_edits: dict[str, dict[tuple[str, int], Any]] = {}
         self.pad_notes: dict[str, list[str]] = {}
         self.calls: dict[str, int] = {}
+        # a conv or pool that reads a pad in code: its path -> (the pad's module, its edit)
+        self.code_pads: dict[str, tuple[str, _LatticePad]] = {}
         # a layer whose stride became dilation: (module, new layer, overhang, owned, factor)
         self.converted: dict[
             str, tuple[nn.Module, _Layer, tuple[int, ...], bool, tuple[int, ...]]
@@ -154,7 +153,11 @@ class _Dilation:
             base = self.plans[path][0] if path in self.plans else self.module(path)
             new = rewired(base, Dispatch(table), "; ".join(self.pad_notes[path]))
             change = self.plans[path][1] if path in self.plans else None
-            if change is None:
+            if change is not None:  # a layer whose own code pads: both in its detail
+                change = replace(
+                    change, detail=f"{change.detail}; {'; '.join(self.pad_notes[path])}"
+                )
+            else:
                 change = Change(
                     path,
                     type(base).__name__,
@@ -171,19 +174,33 @@ class _Dilation:
         lattice. Its rule (static, or TF 'same' for the reader's kernel, stride and
         dilation) comes from running its module alone at many sizes, as convert does; on the
         lattice of factor ``f`` the pads are ``f`` times the original's at size
-        ``ceil(n / f)``, and the pad call in the module's own code computes them."""
+        ``ceil(n / f)``, and the pad call in the module's own code computes them. Before a
+        reader whose stride becomes dilation, a TF 'same' rule ends where the dense map
+        keeps its length ``n`` (:func:`~padkit.surgery._probe.lattice_pairs`), at every
+        size, as a strided 1x1 shortcut beside it does."""
         event = self.events[i]
         ins = _Tensors(event.ins[0], event.ins[1], self.os)
         where = f"its forward pads in code ({event.name}())"
-        readers = [
-            e
-            for e in self.events
-            if e.info.get("src") == i
-            and (
-                (e.kind == "function" and "op" in e.info)
-                or (e.kind == "module" and _layer(self.module(e.path)) is not None)
-            )
-        ]
+        last = i  # a pad read only by another pad (a chain): the reader is the chain's
+        readers: list[Event] = []
+        while True:
+            readers = [
+                e
+                for e in self.events
+                if e.info.get("src") == last
+                and (
+                    (e.kind == "function" and "op" in e.info)
+                    or (e.kind == "module" and _layer(self.module(e.path)) is not None)
+                )
+            ]
+            pads = [
+                j
+                for j, e in enumerate(self.events)
+                if e.info.get("src") == last and e.kind == "function" and "pad" in e.info
+            ]
+            if readers or len(pads) != 1 or self.events[last].info.get("uses", 0) != 1:
+                break
+            last = pads[0]
         reader = readers[0] if len(readers) == 1 else None
         op = None
         if reader is not None:
@@ -191,13 +208,15 @@ class _Dilation:
                 reader.info["op"] if reader.kind == "function" else _layer(self.module(reader.path))
             )
         changed = ins.dilated()
+        restrided: tuple[bool, ...] = ()
         if op is not None and ins.strides:
             st = ins.strides[0]
             dims = range(len(ins.shapes[0]) - op.nd, len(ins.shapes[0]))
-            changed = changed or any(
+            restrided = tuple(
                 s > 1 and (a := st.get(d)) is not None and a * s > self.os
                 for d, s in zip(dims, op.stride)
             )
+            changed = changed or any(restrided)
         if not changed:
             return
         if reader is None or op is None or event.info.get("uses", 0) != 1:
@@ -243,11 +262,14 @@ class _Dilation:
         if reader.path not in self.plans and all(r == (0, 0) for r in rules_):
             return  # no pads, before a layer that keeps its attributes: nothing to re-derive
         name = base_name(event.name)
-        self.pad_edits.setdefault(event.path, {})[(name, ordinal)] = _LatticePad(
-            op, tuple(rules_), factor, pad.value
-        )
+        edit = _LatticePad(op, tuple(rules_), factor, pad.value, restrided or None)
+        self.pad_edits.setdefault(event.path, {})[(name, ordinal)] = edit
+        self.code_pads[reader.path] = (event.path, edit)
+        keeps = any(isinstance(r, str) and c for r, c in zip(rules_, restrided))
         self.pad_notes.setdefault(event.path, []).append(
-            f"its {name}() #{ordinal} pads the lattice {factor} ({_rules_text(rules_)})"
+            f"its {name}() #{ordinal} pads the lattice {factor} ({_rules_text(rules_)}"
+            + (", ending where the dense map keeps its length" if keeps else "")
+            + ")"
         )
 
     # --------------------------------------------------------------------- modules
@@ -385,7 +407,11 @@ class _Dilation:
             )
         m: Any = copy.copy(module)
         if layer.kind == "avg" and any(d != 1 for d in layer.dilation):
-            raise self.refuse(path, "an average pool module has no dilation attribute")
+            raise self.refuse(
+                path,
+                f"its own forward hands its kernel, stride and padding to avg_pool{layer.nd}d(), "
+                f"which takes no dilation, and the dilated layer needs dilation {layer.dilation}",
+            )
         m.stride = tuple(layer.stride)
         if layer.kind != "avg":
             m.dilation = tuple(layer.dilation)
@@ -424,6 +450,8 @@ class _Dilation:
         match. Returns None, or why it cannot."""
         module, layer, overhang, owned, factor = self.converted[path]
         if owned or path in self.pad_edits:
+            if path in self.code_pads:
+                return self.lengthen_code_pad(path, cells)
             return "its own forward hands its padding to the layer, which cannot grow at one end"
         pairs = list(layer.static_pairs() or ())
         extra = list(overhang)
@@ -454,6 +482,44 @@ class _Dilation:
             else (f"zero pad {new_layer.static_pairs()} counted, then {_brief(new[1])}")
         )
         self.plans[path] = (new, replace(change, after=after, detail=f"{change.detail}; {note}"))
+        return None
+
+    def lengthen_code_pad(self, path: str, cells: dict[int, int]) -> str | None:
+        """:meth:`lengthen` for a layer that reads a pad in code: the pad call (dilate's
+        :class:`_LatticePad`) pads ``cells[axis]`` more end cells, holding its value, which
+        no lattice output reads. A pool's last window must keep an input cell."""
+        owner, edit = self.code_pads[path]
+        _, layer, _, _, factor = self.converted[path]
+        more = list(edit.more)
+        for axis, n in sorted(cells.items()):
+            if not 0 <= axis < len(more) or layer.stride[axis] != 1:
+                return f"its spatial axis {axis} keeps a stride"
+            if layer.kind != "conv":
+                k_eff = layer.dilation[axis] * (layer.kernel[axis] - 1) + 1
+                rule = edit.rules[axis]
+                # the most end pad the rule makes on the lattice, at any size
+                most = (
+                    factor[axis] * rule[1]
+                    if isinstance(rule, tuple)
+                    else k_eff - 1
+                    if edit.restrided[axis]
+                    else factor[axis] * (edit.op.k_eff[axis] - 1)
+                )
+                most += (layer.static_pairs() or ((0, 0),) * layer.nd)[axis][1]  # its own
+                if most + more[axis] + n >= k_eff:
+                    return (
+                        f"its last window would lie wholly in padding at some sizes (up to "
+                        f"{most + more[axis] + n} end pad cells for a dilated window of {k_eff})"
+                    )
+            more[axis] += n
+        edit.more = tuple(more)
+        added = tuple(cells.get(axis, 0) for axis in range(len(more)))
+        note = (
+            f"its pad in code ({owner!r}) gives {added} more end cells per axis, read by no "
+            "lattice output, so that its dense length equals the other branches' where they join"
+        )
+        new, change = self.plans[path]
+        self.plans[path] = (new, replace(change, detail=f"{change.detail}; {note}"))
         return None
 
     def transform(
@@ -678,7 +744,7 @@ class _Dilation:
             )
         key = (event.path, event.call)
         self.calls_of[key] = self.calls_of.get(key, 0) + 1
-        if not owns(module, op) or self.calls_of[key] > 1:
+        if not owns(module, op, as_called=True) or self.calls_of[key] > 1:
             raise self.refuse(
                 event.path,
                 f"its forward calls {event.name}() past the output stride with arguments "
@@ -944,7 +1010,9 @@ def dilate(
     overhang becomes ``f*(s-1)`` explicit end padding, never counted). A pad written in code
     before a conv or pool that changes (a pad module, ``F.pad`` with amounts from the input
     size such as TF 'same') is re-derived: ``f`` times the original's pads at the original's
-    size ``ceil(n/f)``, computed by its module's own code. Global reads (adaptive
+    size ``ceil(n/f)``, computed by its module's own code; before a layer whose stride
+    becomes dilation a TF 'same' pad ends where the dense map keeps its length ``n``, at
+    every size, as a strided 1x1 shortcut beside it does. Global reads (adaptive
     pools, means in squeeze-excitation gates, a head's pool) then read only the lattice
     ``x[..., ::f, ::f]``. In eval mode every output of the dilated model, subsampled at
     ``[..., ::r, ::r]`` (``r`` = its old / new stride), equals the original's:
