@@ -1080,8 +1080,8 @@ def load(
             The module's ``onnx_folds`` lists each fold and each candidate left in place
             with the reason.
         optimize: None, or ``"inference"``: ``fold="all"``, parameters frozen
-            (``requires_grad=False``), weights channels-last where that is measured faster
-            (see ``docs/onnx-import.md``).
+            (``requires_grad=False``), 4-d weights channels-last (see
+            ``docs/onnx-import.md`` and the figures in ``docs/performance.md``).
 
     The module's ``onnx_inputs`` holds each graph input as the file declares it
     (:class:`padkit.onnx.OnnxInput`: name, shape, dtype).
