@@ -169,9 +169,7 @@ def build_variants(
     return out
 
 
-def run_file(
-    spec: str, args: argparse.Namespace, cache: Path
-) -> tuple[list[list[str]], list[str]]:
+def run_file(spec: str, args: argparse.Namespace, cache: Path) -> tuple[list[list[str]], list[str]]:
     kind, _, name = spec.partition(":")
     original = None
     if kind == "tv":
@@ -190,9 +188,7 @@ def run_file(
         xt = torch.from_numpy(x)
         want = session.run(None, {in_name: x})[0]
         scale = float(np.abs(want).max()) or 1.0
-        fns: dict[str, Callable[[], object]] = {
-            "ort": lambda x=x: session.run(None, {in_name: x})
-        }
+        fns: dict[str, Callable[[], object]] = {"ort": lambda x=x: session.run(None, {in_name: x})}
         diffs = {}
         for v, module in modules.items():
             with torch.inference_mode():
