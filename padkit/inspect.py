@@ -21,7 +21,7 @@ import importlib
 import sys
 import warnings
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -97,6 +97,10 @@ class LayerReport:
             outputs it then drops, a ``zero_extend`` plan's kernel has zero taps. It equals
             ``macs`` for every other plan and layer. The plan is the inference one: where a
             gradient is needed a ``zero_extend`` conv runs as ``residual_pad`` (``macs``).
+        folded: ONNX nodes: what :func:`padkit.onnx.load` (default ``fold="pads"``) folds
+            into this layer, or leaves before it and why, one line per ``Pad`` (see
+            ``onnx_folds`` in ``docs/onnx-import.md``); empty where the model does not
+            import.
     """
 
     name: str
@@ -122,6 +126,7 @@ class LayerReport:
     macs: int | None = None
     plan: str | None = None
     plan_macs: int | None = None
+    folded: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         """The report as JSON-ready plain data (tuples become lists).
@@ -803,7 +808,30 @@ def _inspect_onnx(
                 raise PaddingError(f"{node.op_type} node {label!r}: {err}") from None
             if report is not None:
                 reports.append(report)
-    return reports
+    return _with_folds(model, reports)
+
+
+def _with_folds(model: Any, reports: list[LayerReport]) -> list[LayerReport]:
+    """``reports`` with the folds of the default import into each layer (none where the
+    model does not import)."""
+    from .onnx import load
+
+    try:
+        folds = load(model).onnx_folds
+    except Exception:  # an import failure is the import check's to report (padkit inspect)
+        return reports
+    by_layer: dict[str, list[Any]] = {}
+    for fold in folds:
+        by_layer.setdefault(fold.into, []).append(fold)
+    out = []
+    for r in reports:
+        mine = by_layer.get(r.name, [])
+        if mine:
+            done = [f"{f.kind} {f.node!r} folded: {f.detail}" for f in mine if f.done]
+            form = "; ".join([r.imports_as or "", *done]) if done else r.imports_as
+            r = replace(r, folded=tuple(str(f) for f in mine), imports_as=form)
+        out.append(r)
+    return out
 
 
 def _read_onnx(model: Any) -> Any:
@@ -964,4 +992,8 @@ def format_table(reports: Sequence[LayerReport]) -> str:
     for r in reports:
         for w in r.warnings:
             lines.append(f"  {r.name}: {w}")
+    folds = [f for r in reports for f in r.folded]
+    if folds:
+        lines.append(f"folds at import (padkit.onnx.load): {len(folds)}")
+        lines += [f"  {f}" for f in folds]
     return "\n".join(lines)

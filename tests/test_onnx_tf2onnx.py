@@ -56,3 +56,58 @@ def test_atrous_same_conv_matches_tensorflow(atrous: tuple[Any, Any], shape: Any
         got = module(torch.from_numpy(x)).numpy()
     assert got.shape == want.shape
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.fixture(scope="module")
+def mobilenet_v2() -> Iterator[tuple[Any, Any]]:
+    """(Keras MobileNetV2 with random weights and BatchNorm statistics, its tf2onnx model)."""
+    import tensorflow as tf
+    import tf2onnx
+
+    tf.keras.utils.set_random_seed(0)
+    model = tf.keras.applications.MobileNetV2(weights=None, input_shape=(96, 96, 3), alpha=0.35)
+    for layer in model.layers:
+        if isinstance(layer, tf.keras.layers.BatchNormalization):
+            c = layer.moving_mean.shape[0]
+            layer.moving_mean.assign(tf.random.normal([c]) * 0.2)
+            layer.moving_variance.assign(tf.random.uniform([c]) + 0.5)
+    spec = (tf.TensorSpec((None, 96, 96, 3), tf.float32, name="input"),)
+    proto, _ = tf2onnx.convert.from_keras(model, input_signature=spec, opset=17)
+    yield model, proto
+
+
+@pytest.mark.parametrize("fold", ["pads", "all"])
+def test_keras_mobilenet_v2_loses_every_pad(mobilenet_v2: tuple[Any, Any], fold: str) -> None:
+    from padkit.onnx._runtime import OnnxPad
+
+    keras_model, proto = mobilenet_v2
+    assert sum(n.op_type == "Pad" for n in proto.graph.node) == 4
+    module = load(proto, fold=fold)
+    assert not any(isinstance(m, OnnxPad) for m in module.modules())
+    assert sum(f.kind == "Pad" and f.done for f in module.onnx_folds) == 4
+    assert all(f.done for f in module.onnx_folds)
+    x = np.random.default_rng(2).random((2, 96, 96, 3), dtype=np.float32)
+    want = keras_model(x, training=False).numpy()
+    unfolded = load(proto, fold="none")
+    with torch.no_grad():
+        got = module(torch.from_numpy(x)).numpy()
+        plain = unfolded(torch.from_numpy(x)).numpy()
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(got, plain, rtol=1e-4, atol=1e-7)
+
+
+def test_convert_folds_the_pads_of_an_unfolded_keras_import(
+    mobilenet_v2: tuple[Any, Any],
+) -> None:
+    from padkit.onnx._runtime import OnnxPad
+    from padkit.surgery import convert
+
+    _, proto = mobilenet_v2
+    module = load(proto, fold="none")
+    new, report = convert(module)
+    assert not any(isinstance(m, OnnxPad) for m in new.modules())
+    assert sum(c.what == ("folded",) for c in report.changes) == 4
+    assert not report.notes, report.notes
+    x = torch.rand(1, 96, 96, 3)
+    with torch.no_grad():
+        torch.testing.assert_close(new(x), module(x), rtol=1e-5, atol=1e-7)

@@ -16,7 +16,8 @@ from ._errors import (
     OnnxImportError as OnnxImportError,
     UnsupportedOnnxError as UnsupportedOnnxError,
 )
-from ._graph import load as load
+from ._fold import Fold as Fold
+from ._graph import OnnxGraphModule as OnnxGraphModule, OnnxInput as OnnxInput, load as load
 from ._registry import supported_ops as supported_ops
 from ._verify_export import (
     ExportReport as ExportReport,
@@ -27,7 +28,10 @@ from ._verify_export import (
 
 __all__ = [
     "ExportReport",
+    "Fold",
+    "OnnxGraphModule",
     "OnnxImportError",
+    "OnnxInput",
     "SizeCheck",
     "UnsupportedOnnxError",
     "load",

@@ -16,7 +16,7 @@ import re
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeAlias
+from typing import Any, NamedTuple, TypeAlias
 
 import torch
 from torch import fx, nn
@@ -36,7 +36,7 @@ from ._guard import (
 )
 from ._registry import find_converter, first_version, load_converters
 
-__all__ = ["Const", "NodeContext", "Value", "load"]
+__all__ = ["Const", "NodeContext", "OnnxGraphModule", "OnnxInput", "Value", "load"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -786,6 +786,12 @@ class Converting:
                 raise OnnxImportError(text, node=label) from err
             except Exception as err:  # a raw error of torch, numpy or onnx: name the node
                 raise OnnxImportError(_raw_error(label, node, inputs, err), node=label) from err
+        onnx_name = node.name or next((o for o in node.output if o), "")
+        for out in outs:  # the ONNX node each fx node comes from (folds and reports name it)
+            if isinstance(out, fx.Node):
+                out.meta.setdefault("onnx_node", onnx_name)
+                if out.target is operator.getitem and isinstance(out.args[0], fx.Node):
+                    out.args[0].meta.setdefault("onnx_node", onnx_name)
         for i, name in enumerate(node.output):
             if not name:
                 continue
@@ -896,9 +902,66 @@ def _prepare(source: _Source, limits: Limits) -> tuple[Any, int]:
     return model, source.size + extra
 
 
+class OnnxInput(NamedTuple):
+    """One input of an imported graph, as the ONNX file declares it: ``name``, ``shape``
+    (an int per known dim, the ``dim_param`` string of a symbolic one, None where the file
+    says nothing; None for no shape at all) and ``dtype`` (None where torch has none)."""
+
+    name: str
+    shape: tuple[int | str | None, ...] | None
+    dtype: torch.dtype | None
+
+    def example_shape(self, default: int = 64) -> tuple[int, ...] | None:
+        """A concrete shape: the declared dims, 1 for an unknown first (batch) dim and
+        ``default`` for other unknown dims; None without a declared shape."""
+        if self.shape is None:
+            return None
+        return tuple(
+            d if isinstance(d, int) else (1 if i == 0 else default)
+            for i, d in enumerate(self.shape)
+        )
+
+
+class OnnxGraphModule(fx.GraphModule):
+    """The module :func:`load` returns: a ``torch.fx.GraphModule`` that also says what the
+    import knew. Both properties read ``self.meta``, which copies keep."""
+
+    @property
+    def onnx_inputs(self) -> tuple[OnnxInput, ...]:
+        """Each graph input as the file declares it (name, shape, dtype), in call order."""
+        return tuple(self.meta.get("onnx_inputs", ()))
+
+    @property
+    def onnx_folds(self) -> tuple[Any, ...]:
+        """Each fold made at import (:class:`padkit.onnx.Fold`), and each candidate left in
+        place with the reason."""
+        return tuple(self.meta.get("onnx_folds", ()))
+
+
+def _declared_inputs(graph: Any, initialized: set[str]) -> tuple[OnnxInput, ...]:
+    out = []
+    for inp in graph.input:
+        if inp.name in initialized:
+            continue
+        ttype = inp.type.tensor_type
+        shape: tuple[int | str | None, ...] | None = None
+        if inp.type.HasField("tensor_type") and ttype.HasField("shape"):
+            shape = tuple(
+                int(d.dim_value)
+                if d.HasField("dim_value")
+                else (d.dim_param if d.HasField("dim_param") else None)
+                for d in ttype.shape.dim
+            )
+        out.append(OnnxInput(inp.name, shape, ONNX_DTYPES.get(int(ttype.elem_type))))
+    return tuple(out)
+
+
 def build(
-    model: Any, limits: Limits | None = None, source_bytes: int | None = None
-) -> fx.GraphModule:
+    model: Any,
+    limits: Limits | None = None,
+    source_bytes: int | None = None,
+    fold: str = "pads",
+) -> OnnxGraphModule:
     """Convert a checked ``onnx.ModelProto`` (see :func:`padkit.onnx.load`)."""
     load_converters()
     limits = limits or Limits()
@@ -956,15 +1019,20 @@ def build(
         results.append(b.materialize(b.values[out.name]))
     b.graph.output(results[0] if len(results) == 1 else tuple(results))
     try:
-        module = fx.GraphModule(b.root, b.graph, class_name="OnnxModule")
+        module = OnnxGraphModule(b.root, b.graph, class_name="OnnxModule")
         if module.graph.eliminate_dead_code():  # shape arithmetic symbolic sizes made unneeded
             module.delete_all_unused_submodules()
             module.recompile()
+        from ._fold import fold_graph
+
+        folds = fold_graph(module, fold)
     except Exception as err:
         detail = str(err).strip().splitlines()[0][:300] if str(err).strip() else ""
         raise OnnxImportError(
             f"generating the torch module failed ({type(err).__name__}: {detail})"
         ) from err
+    module.meta["onnx_inputs"] = _declared_inputs(graph, {i.name for i in graph.initializer})
+    module.meta["onnx_folds"] = tuple(folds)
     return module.eval()
 
 
@@ -976,7 +1044,9 @@ def load(
     max_folded_bytes: int | None = None,
     max_initializer_ratio: float = Limits.max_initializer_ratio,
     max_subgraph_depth: int = Limits.max_subgraph_depth,
-) -> fx.GraphModule:
+    fold: str = "pads",
+    optimize: str | None = None,
+) -> OnnxGraphModule:
     """Import an ONNX model as a ``torch.fx.GraphModule`` built from padkit layers.
 
     The module takes the graph's inputs (those without an initializer) positionally, in
@@ -1002,6 +1072,19 @@ def load(
         max_initializer_ratio: the stored tensors may declare at most this many times the
             model's size in bytes (+ 16 MiB).
         max_subgraph_depth: the deepest nesting of ``If`` / ``Loop`` / ``Scan`` bodies.
+        fold: ``"pads"`` (the default): a constant ``Pad`` read only by convs and pools
+            becomes their per-side pads (the module trains as before); ``"all"``: also
+            ``BatchNormalization`` and ``Mul`` / ``Div`` / ``Add`` / ``Sub`` by per-channel
+            constants after a conv become the conv's weight and bias (for inference: the
+            batch norm no longer trains); ``"none"``: the graph as the file spells it.
+            The module's ``onnx_folds`` lists each fold and each candidate left in place
+            with the reason.
+        optimize: None, or ``"inference"``: ``fold="all"``, parameters frozen
+            (``requires_grad=False``), 4-d weights channels-last (see
+            ``docs/onnx-import.md`` and the figures in ``docs/performance.md``).
+
+    The module's ``onnx_inputs`` holds each graph input as the file declares it
+    (:class:`padkit.onnx.OnnxInput`: name, shape, dtype).
 
     Raises:
         UnsupportedOnnxError: the model uses operators or attributes the importer does not
@@ -1028,10 +1111,27 @@ def load(
         raise ImportError(
             "padkit.onnx.load needs the 'onnx' package: pip install 'padkit[onnx]'"
         ) from err
+    from ._fold import FOLD_MODES
+
+    if not isinstance(fold, str) or fold not in FOLD_MODES:
+        raise ValueError(
+            f"load(): fold must be one of {', '.join(repr(m) for m in FOLD_MODES)}, got {fold!r}"
+        )
+    if optimize not in (None, "inference"):
+        raise ValueError(f"load(): optimize must be None or 'inference', got {optimize!r}")
+    if optimize == "inference":
+        if fold == "none":
+            raise ValueError("load(): optimize='inference' folds; it cannot take fold='none'")
+        fold = "all"
     limits = Limits(max_function_nodes, max_folded_bytes, max_initializer_ratio, max_subgraph_depth)
     source = _read_model(model, base_dir)
     try:
         proto, size = _prepare(source, limits)
     except RecursionError:
         raise OnnxImportError("the model nests too deeply to be checked") from None
-    return build(proto, limits, size)
+    module = build(proto, limits, size, fold)
+    if optimize == "inference":
+        from ._fold import for_inference
+
+        for_inference(module)
+    return module

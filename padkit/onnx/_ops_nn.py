@@ -6,7 +6,7 @@ import math
 from typing import Any
 
 import torch
-from torch import fx, nn
+from torch import nn
 
 from .. import nn as pnn
 from ..spec import Padding, PaddingError
@@ -295,49 +295,13 @@ def _pool_common(
     return nd, tuple(kernel), stride, _padding(ctx, nd), dilation, ceil
 
 
-def _constant_pad_before(ctx: NodeContext, x: Value, nd: int) -> tuple[Any, Padding, float] | None:
-    """``(input, pads, value)`` where ``x`` is a constant ``Pad`` (static, non-negative
-    pads on the last ``nd`` axes only, a static value) of ``input``; else None."""
-    if not isinstance(x, fx.Node) or x.op != "call_module" or len(x.args) != 1:
-        return None
-    module = ctx.builder.root.get_submodule(str(x.target))
-    if not isinstance(module, R.OnnxPad) or module.mode != "constant":
-        return None
-    if module.pads is None or module.value is None:
-        return None
-    rank = ctx.static_rank(x.args[0])  # type: ignore[arg-type]
-    axes = module.axes
-    if axes is None:
-        if rank is None:
-            rank = len(module.pads) // 2
-        axes = tuple(range(rank))
-    elif rank is None or any(a < 0 for a in axes):
-        return None
-    if rank != nd + 2 or len(module.pads) != 2 * len(axes) or any(p < 0 for p in module.pads):
-        return None
-    half = len(axes)
-    pairs = {a: (module.pads[i], module.pads[i + half]) for i, a in enumerate(axes)}
-    if any(pairs.get(a, (0, 0)) != (0, 0) for a in (0, 1)):
-        return None
-    spatial = tuple(pairs.get(2 + i, (0, 0)) for i in range(nd))
-    return x.args[0], Padding(spatial), float(module.value)
-
-
 @register("MaxPool")
 def max_pool(ctx: NodeContext) -> list[Value | None]:
     nd, k, s, padding, d, ceil = _pool_common(ctx)
     indices = ctx.output_used(1)
     x = ctx.required(0)
-    value = float("-inf")
-    folded = None if indices or ceil else _constant_pad_before(ctx, x, nd)
-    if folded is not None and padding.is_explicit and all(a == (0, 0) for a in padding.axes):
-        # Pad(constant v) then an unpadded MaxPool: one padkit pool whose pads hold v (the
-        # Pad node stays where another node reads it, else it is dead code)
-        x, padding, value = folded
-    try:
-        layer = _MAX[nd](
-            k, s, padding, d, return_indices=indices, ceil_mode=ceil, padding_value=value
-        )
+    try:  # a constant Pad before it folds into its pads after the build (_fold.fold_pads)
+        layer = _MAX[nd](k, s, padding, d, return_indices=indices, ceil_mode=ceil)
     except PaddingError as err:
         raise ctx.error(str(err)) from None
     if not indices:

@@ -433,9 +433,16 @@ def convert(
                     f"takes the {why} pad of {pad_path}",
                 )
             )
-    # 3. pads written in code (pad modules outside an nn.Sequential, F.pad in a forward)
+    # 3. pads written in code (pad modules outside an nn.Sequential, F.pad in a forward);
+    # an imported ONNX graph's Pad nodes fold as padkit.onnx.load folds them
     code = _CodePads(out, report)
-    out = code.run()
+    if _imported_onnx(out):
+        assert isinstance(out, torch.fx.GraphModule)
+        _onnx_pads(out, report)
+        if input_shape is None and target is not None:
+            input_shape = _declared_shape(out)
+    else:
+        out = code.run()
     listed = {s.path for s in report.skipped} | {c.path for c in report.changes}
     for path, module in out.named_modules():
         if type(module) in _PAD_MODULES and path not in listed:
@@ -468,6 +475,53 @@ def convert(
         report.notes.append(text)
         warnings.warn(f"convert(): {text}", UserWarning, stacklevel=2)
     return out, report
+
+
+def _imported_onnx(model: nn.Module) -> bool:
+    """A graph :func:`padkit.onnx.load` made (it declares its ONNX inputs)."""
+    return isinstance(model, torch.fx.GraphModule) and "onnx_inputs" in model.meta
+
+
+def _declared_shape(model: torch.fx.GraphModule) -> tuple[int, ...] | None:
+    """The probe input of an imported graph: its one declared input's shape (1 for an
+    unknown batch, 64 for other unknown dims), None for several inputs."""
+    inputs = model.meta["onnx_inputs"]
+    return inputs[0].example_shape() if len(inputs) == 1 else None
+
+
+def _onnx_pads(model: torch.fx.GraphModule, report: SurgeryReport) -> None:
+    """Fold the ``Pad`` nodes of an imported graph read only by convs and pools (any layout:
+    the graph says which axes each pads), as the import does; report each fold and each
+    pad left in place."""
+    from ..onnx._fold import fold_graph
+
+    paths = {
+        str(n.meta.get("onnx_node")): str(n.target)
+        for n in model.graph.nodes
+        if n.op == "call_module"
+    }
+    before = {p: _brief(model.get_submodule(p)) for p in paths.values()}
+    folds = fold_graph(model, "pads")
+    for fold in folds:
+        pad, into = paths.get(fold.node, fold.node), paths.get(fold.into, fold.into)
+        if not fold.done:
+            report.skipped.append(Skip(pad, f"not folded into {into}: {fold.detail}"))
+            continue
+        report.changes.append(
+            Change(pad, "OnnxPad", "(removed)", ("folded",), False, f"folded into {into}")
+        )
+        layer = model.get_submodule(into)
+        report.changes.append(
+            Change(
+                into,
+                before.get(into, into),
+                _brief(layer),
+                ("padding",),
+                False,
+                f"{fold.detail} of {pad}",
+            )
+        )
+    model.meta["onnx_folds"] = (*model.meta.get("onnx_folds", ()), *(f for f in folds if f.done))
 
 
 def _foreign_layers(out: nn.Module, report: SurgeryReport) -> None:

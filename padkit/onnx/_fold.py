@@ -1,0 +1,318 @@
+"""Folds on an imported graph: what ONNX spells out as separate nodes, moved into the layer
+that reads it.
+
+- a constant ``Pad`` read only by convs and pools becomes their per-side pads (exact, in
+  training too: the pads are the same numbers);
+- with ``fold="all"``, a ``BatchNormalization`` (running statistics) and a ``Mul`` / ``Div``
+  / ``Add`` / ``Sub`` by a per-channel constant after a conv become the conv's weight and
+  bias (exact up to float rounding, for inference: a folded batch norm no longer trains).
+
+Every fold that is done, and every candidate left in place, is one :class:`Fold`; the
+module :func:`padkit.onnx.load` returns keeps them in ``onnx_folds``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from typing import Any, NamedTuple
+
+import torch
+from torch import fx, nn
+
+from .. import nn as pnn
+from ..spec import Padding
+from . import _runtime as R, _unsigned as U
+
+__all__ = ["FOLD_MODES", "Fold", "fold_affine", "fold_graph", "fold_pads"]
+
+#: the values of ``load(..., fold=)``
+FOLD_MODES = ("pads", "all", "none")
+
+_CONVS = (pnn.Conv1d, pnn.Conv2d, pnn.Conv3d)
+_MAX = (pnn.MaxPool1d, pnn.MaxPool2d, pnn.MaxPool3d)
+_AVG = (pnn.AvgPool1d, pnn.AvgPool2d, pnn.AvgPool3d)
+_AFFINE = {U.mul: "Mul", U.div: "Div", U.add: "Add", U.sub: "Sub"}
+
+Pairs = tuple[tuple[int, int], ...]
+
+
+class Fold(NamedTuple):
+    """One fold at import, or one candidate left in place.
+
+    ``kind`` is the ONNX op folded away (``"Pad"``, ``"BatchNormalization"``, ``"Mul"``,
+    ``"Div"``, ``"Add"``, ``"Sub"``), ``node`` its ONNX node name, ``into`` the ONNX node
+    name of the conv or pool that took it, ``done`` whether it was folded and ``detail``
+    what changed, or why it was not folded.
+    """
+
+    kind: str
+    node: str
+    into: str
+    done: bool
+    detail: str
+
+    def __str__(self) -> str:
+        verb = "folded into" if self.done else "kept before"
+        return f"{self.kind} {self.node!r} {verb} {self.into!r}: {self.detail}"
+
+
+def _name(node: fx.Node) -> str:
+    return str(node.meta.get("onnx_node", node.target if node.op == "call_module" else node.name))
+
+
+def _module(gm: fx.GraphModule, node: Any) -> nn.Module | None:
+    if not isinstance(node, fx.Node) or node.op != "call_module":
+        return None
+    return gm.get_submodule(str(node.target))
+
+
+def _pairs(spec: Padding, nd: int) -> Pairs | None:
+    """A layer's pads as explicit pairs, or None where a rule (SAME) sizes them per input."""
+    spec = spec.expand(nd)
+    if not spec.is_explicit:
+        return None
+    return tuple((int(a[0]), int(a[1])) for a in spec.axes)
+
+
+def _pad_pairs(pad: R.OnnxPad, nd: int) -> tuple[Pairs | None, str]:
+    """The spatial pairs of a static constant ``Pad`` before an ``nd``-d layer, or the reason
+    it cannot be folded."""
+    if pad.mode != "constant":
+        return None, f"mode {pad.mode!r} (only a constant pad folds into the layer's pads)"
+    if pad.pads is None or pad.value is None:
+        return None, "its pads or value are computed at run time"
+    rank = nd + 2
+    axes = list(range(rank)) if pad.axes is None else [a + rank if a < 0 else a for a in pad.axes]
+    if len(pad.pads) != 2 * len(axes) or any(not 0 <= a < rank for a in axes):
+        return None, f"pads {list(pad.pads)} over axes {pad.axes} do not fit a rank-{rank} input"
+    if any(p < 0 for p in pad.pads):
+        return None, f"pads {list(pad.pads)} crop (negative pads)"
+    half = len(axes)
+    by_axis = {a: (int(pad.pads[i]), int(pad.pads[i + half])) for i, a in enumerate(axes)}
+    if any(by_axis.get(a, (0, 0)) != (0, 0) for a in (0, 1)):
+        return None, f"pads {list(pad.pads)} pad the batch or channel axis"
+    return tuple(by_axis.get(2 + i, (0, 0)) for i in range(nd)), ""
+
+
+def _nd(layer: nn.Module | None) -> int:
+    """The spatial rank of a padkit conv or pool (exact classes), else 0."""
+    for group in (_CONVS, _MAX, _AVG):
+        if type(layer) in group:
+            return group.index(type(layer)) + 1
+    return 0
+
+
+def _plan_pad(pad: R.OnnxPad, layer: nn.Module) -> tuple[dict[str, Any] | None, str]:
+    """The attributes ``layer`` takes when the ``Pad`` folds into it (and what they say), or
+    the reason it does not fold."""
+    nd = _nd(layer)
+    if not nd:
+        return None, f"{type(layer).__name__} is not a padkit conv or pool"
+    extra, why = _pad_pairs(pad, nd)
+    if extra is None:
+        return None, why
+    own = _pairs(layer.pad_spec, nd)  # type: ignore[arg-type]
+    if own is None:
+        return None, "the layer sizes its own pads from its input (auto_pad SAME)"
+    total = tuple((a + c, b + d) for (a, b), (c, d) in zip(own, extra))
+    value = float(pad.value)  # type: ignore[arg-type]
+    shown = f"pads {list(own)} -> {list(total)}"
+    if isinstance(layer, _CONVS):
+        if layer.padding_mode != "zeros":
+            return None, f"the conv pads with padding_mode={layer.padding_mode!r}"
+        if value != 0.0:
+            return None, f"value {value} (a conv pads with zeros)"
+        return {"padding": Padding(total)}, shown
+    if getattr(layer, "ceil_mode", False):
+        return None, "the pool uses ceil_mode (its ceil rule depends on where its own pads end)"
+    zero_own = all(p == (0, 0) for p in own)
+    if isinstance(layer, _MAX):
+        if layer.return_indices:
+            return None, "the pool returns indices (they would count the padded input)"
+        if math.isnan(value):
+            return None, "value NaN"
+        if not zero_own and value != layer.padding_value:
+            return None, f"value {value} differs from the pool's own pads ({layer.padding_value})"
+        return {"padding": Padding(total), "padding_value": value}, f"{shown}, value {value}"
+    if value != 0.0:
+        return None, f"value {value} (an average pool's pads are zeros)"
+    if layer.count_include_pad:
+        return {"padding": Padding(total)}, f"{shown}, counted in the divisor"
+    if zero_own:
+        return {"padding": Padding(total), "count_include_pad": True}, (
+            f"{shown}, count_include_pad=True (the Pad's zeros are counted, as input)"
+        )
+    return None, (
+        "the pool has pads of its own that count_include_pad=0 leaves out of the divisor, "
+        "while the Pad's zeros count"
+    )
+
+
+def fold_pads(gm: fx.GraphModule) -> list[Fold]:
+    """Fold each constant ``Pad`` read only by padkit convs and pools into their pads."""
+    folds: list[Fold] = []
+    calls = _call_counts(gm)
+    for node in list(gm.graph.nodes):
+        pad = _module(gm, node)
+        if not isinstance(pad, R.OnnxPad):
+            continue
+        readers = list(node.users)
+        layers = [_module(gm, r) for r in readers]
+        candidates = [r for r, m in zip(readers, layers) if _nd(m)]
+        if not candidates:
+            continue
+        name = _name(node)
+        if len(node.args) != 1:
+            why = "its pads or value are computed at run time"
+            folds += [Fold("Pad", name, _name(r), False, why) for r in candidates]
+            continue
+        if len(candidates) != len(readers):
+            others = [_name(r) for r in readers if r not in candidates]
+            why = f"its output is also read by {', '.join(repr(o) for o in others)}"
+            folds += [Fold("Pad", name, _name(r), False, why) for r in candidates]
+            continue
+        plans: list[tuple[dict[str, Any] | None, str]] = []
+        for reader, layer in zip(readers, layers):
+            if any(a is node for a in reader.args[1:]) or reader.kwargs:
+                plans.append((None, "the layer reads the pad's output twice"))
+            elif calls[str(reader.target)] > 1:
+                plans.append((None, "the layer is called at several places of the graph"))
+            else:
+                plans.append(_plan_pad(pad, layer))  # type: ignore[arg-type]
+        bad = [(r, why) for r, (plan, why) in zip(readers, plans) if plan is None]
+        if bad:
+            folds += [Fold("Pad", name, _name(r), False, why) for r, why in bad]
+            continue
+        for reader, layer, (plan, detail) in zip(readers, layers, plans):
+            for attr, value in (plan or {}).items():
+                setattr(layer, attr, value)
+            reader.replace_input_with(node, node.args[0])
+            folds.append(Fold("Pad", name, _name(reader), True, detail))
+        gm.graph.erase_node(node)
+    return folds
+
+
+def _call_counts(gm: fx.GraphModule) -> Counter[str]:
+    return Counter(str(n.target) for n in gm.graph.nodes if n.op == "call_module")
+
+
+def _channel_constant(gm: fx.GraphModule, node: Any, rank: int, out_ch: int) -> torch.Tensor | None:
+    """The per-channel values (one per output channel) of a constant that broadcasts along
+    the channel axis of a rank-``rank`` output only, or None."""
+    if not isinstance(node, fx.Node) or node.op != "get_attr":
+        return None
+    t = getattr(gm, str(node.target), None)
+    if not isinstance(t, torch.Tensor) or t.dim() > rank or not t.dtype.is_floating_point:
+        return None
+    shape = [1] * (rank - t.dim()) + list(t.shape)
+    if shape[0] != 1 or any(d != 1 for d in shape[2:]) or shape[1] not in (1, out_ch):
+        return None
+    return t.reshape(-1).expand(out_ch)
+
+
+def _fold_one(gm: fx.GraphModule, conv_node: fx.Node, conv: nn.Module) -> Fold | None:
+    """Fold the one node after ``conv_node`` into the conv's weight and bias, if it is a
+    batch norm or an affine op by a per-channel constant; returns the fold or None."""
+    users = list(conv_node.users)
+    if len(users) != 1:
+        return None
+    user = users[0]
+    weight: torch.Tensor = conv.weight  # type: ignore[assignment]
+    out_ch = int(weight.shape[0])
+    rank = weight.dim()
+    scale: torch.Tensor | None = None
+    shift: torch.Tensor | None = None
+    bn = _module(gm, user)
+    if isinstance(bn, nn.modules.batchnorm._BatchNorm):
+        if user.args != (conv_node,) or bn.running_mean is None or bn.running_var is None:
+            return None
+        if bn.num_features != out_ch:
+            return None
+        inv = torch.rsqrt(bn.running_var.double() + bn.eps)
+        gamma = bn.weight.double() if bn.weight is not None else torch.ones_like(inv)
+        beta = bn.bias.double() if bn.bias is not None else torch.zeros_like(inv)
+        scale = gamma * inv
+        shift = beta - bn.running_mean.double() * scale
+        kind, detail = "BatchNormalization", f"running statistics, eps={bn.eps}"
+    elif user.op == "call_function" and user.target in _AFFINE and len(user.args) == 2:
+        kind = _AFFINE[user.target]
+        a, b = user.args
+        if a is conv_node and b is not conv_node:
+            other = b
+        elif b is conv_node and kind in ("Mul", "Add"):
+            other = a
+        else:
+            return None
+        c = _channel_constant(gm, other, rank, out_ch)
+        if c is None or c.dtype != weight.dtype:
+            return None
+        c = c.double()
+        if kind in ("Mul", "Div"):
+            if kind == "Div" and not bool((c != 0).all() & c.isfinite().all()):
+                return None
+            scale = c if kind == "Mul" else 1.0 / c
+        else:
+            shift = c if kind == "Add" else -c
+        detail = "per-channel constant"
+    else:
+        return None
+    if scale is not None and not bool(scale.isfinite().all()):
+        return None
+    with torch.no_grad():
+        w = weight.double()
+        old_bias: Any = conv.bias
+        bias = old_bias.double() if old_bias is not None else torch.zeros(out_ch).double()
+        if scale is not None:
+            w = w * scale.reshape(-1, *([1] * (rank - 1)))
+            bias = bias * scale
+        if shift is not None:
+            bias = bias + shift
+        conv.weight = nn.Parameter(w.to(weight.dtype), requires_grad=weight.requires_grad)
+        conv.bias = nn.Parameter(bias.to(weight.dtype), requires_grad=weight.requires_grad)
+    user.replace_all_uses_with(conv_node)
+    gm.graph.erase_node(user)
+    return Fold(kind, _name(user), _name(conv_node), True, detail)
+
+
+def fold_affine(gm: fx.GraphModule) -> list[Fold]:
+    """Fold batch norms and per-channel affine constants after padkit convs into their
+    weights (for inference)."""
+    folds: list[Fold] = []
+    calls = _call_counts(gm)
+    for node in list(gm.graph.nodes):
+        conv = _module(gm, node)
+        if type(conv) not in _CONVS or calls[str(node.target)] > 1:
+            continue
+        while True:
+            fold = _fold_one(gm, node, conv)  # type: ignore[arg-type]
+            if fold is None:
+                break
+            folds.append(fold)
+    return folds
+
+
+def fold_graph(gm: fx.GraphModule, mode: str) -> list[Fold]:
+    """The folds of ``mode`` (one of :data:`FOLD_MODES`) applied to ``gm`` in place."""
+    folds: list[Fold] = []
+    if mode in ("pads", "all"):
+        folds += fold_pads(gm)
+    if mode == "all":
+        folds += fold_affine(gm)
+    if any(f.done for f in folds):
+        gm.graph.eliminate_dead_code()
+        gm.delete_all_unused_submodules()
+        gm.recompile()
+    return folds
+
+
+def for_inference(gm: fx.GraphModule) -> fx.GraphModule:
+    """``gm`` (folded with ``"all"``) made ready for inference in place: eval mode,
+    parameters that need no gradient, and 4-d weights and constants channels-last (oneDNN
+    then runs the convs in that layout; measured 10-15 % faster on resnet50 and
+    mobilenet_v3_small at batch 1, bench/onnx_import.py)."""
+    gm.eval()
+    for p in gm.parameters():
+        p.requires_grad_(False)
+    gm.to(memory_format=torch.channels_last)
+    return gm
