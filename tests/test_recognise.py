@@ -198,7 +198,7 @@ class SConv(nn.Module):
 
 
 class SConvFixed(nn.Module):
-    """The same with the conv's sizes read once (its forward reads no layer attribute)."""
+    """The same with the conv's sizes read once."""
 
     def __init__(self, mode: str) -> None:
         super().__init__()
@@ -215,7 +215,7 @@ class SConvFixed(nn.Module):
 @pytest.mark.parametrize("mode", ["constant", "reflect"])
 def test_pad_two_levels_above_the_conv(mode: str) -> None:
     torch.manual_seed(0)
-    new = check(SConv(mode), torch.zeros(1, 1, 16), (16, 23, 30), streams=False)
+    new = check(SConv(mode), torch.zeros(1, 1, 16), (16, 23, 30))
     assert new.conv.conv.resolved_padding() == ((2, 1),)
     assert new.conv.conv.padding_mode == ("zeros" if mode == "constant" else "reflect")
     check(SConvFixed(mode), torch.zeros(1, 1, 16), (24, 23))
