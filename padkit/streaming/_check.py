@@ -903,9 +903,13 @@ def _probe(stream: Any, probe: _Probe) -> bool:
     try:
         probe.stream_run(probe.split(lead))
     except _StreamFailed as failed:
+        keys = [k for k in probe.rec.modules if probe.rec.label(k) == failed.label]
+        measured = probe.why(keys[0]) if keys else ""
+        if not measured.startswith("measured"):
+            measured = ""
         raise PaddingError(
             f"StreamingModule: {failed.label} fails on a streamed chunk of {failed.size} "
             f"sample(s) ({_first_line(failed.error)}) although the full sequence of "
-            f"{probe.n} runs. {_HINT}"
+            f"{probe.n} runs; {measured}{_HINT}"
         ) from None
     return True
