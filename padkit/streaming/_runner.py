@@ -1003,7 +1003,8 @@ class StreamingModule(nn.Module):
         last = int(out.shape[odim]) if final else clocks.committed(clocks.out, n) - a_out
         if first < 0 or last > out.shape[odim]:
             raise PaddingError(
-                f"StreamingModule(lookahead=...): the model returned {out.shape[odim]} time "
+                f"StreamingModule(lookahead=...): {type(self.model).__name__} '<model>' "
+                f"returned {out.shape[odim]} time "
                 f"steps for input samples {start}..{n - 1}, where its outputs "
                 f"{a_out + max(first, 0)}..{a_out + last - 1} are due (its output clock runs at "
                 f"{clocks.out} samples per input sample); its forward pads or crops time in "
