@@ -337,8 +337,7 @@ def test_snac_local_attention_is_refused_with_its_measured_dependency() -> None:
     why += r"output \d+ depends on input \d+"
     enc = snac.Encoder(d_model=16, strides=[2, 2], attn_window_size=4).double().eval()
     x = torch.randn(1, 1, 64, dtype=torch.float64)
-    # its rotary helper takes the windows' (b, h, w, n, d) layout, which no probe can measure
-    with pytest.raises(PaddingError, match="does not know whether SinusoidalEmbeddings"):
+    with pytest.raises(PaddingError, match=why):
         StreamingModule(enc, lookahead="auto").verify(x, [1] * 64)
     stream = StreamingModule(enc, lookahead="auto", allow=[attention.SinusoidalEmbeddings])
     with pytest.raises(PaddingError, match=why):
