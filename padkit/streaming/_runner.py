@@ -44,10 +44,11 @@ even when declared in ``allow=``) and modules whose streamed outputs differ from
 run's (the self-check, in causal and lookahead mode). What the model's own code raises comes
 out as a :class:`padkit.PaddingError` naming the module.
 
-With ``lookahead=`` (stride-1 models), layers padded on both sides of time stream with a
-fixed delay (every tensor of a step spans the uncommitted samples and the chunk; outputs
-``delay`` samples before the end are final) and :meth:`StreamingModule.flush` ends the
-stream. Every batch row keeps its own sample count (:meth:`StreamingModule.reset_rows`).
+With ``lookahead=``, layers padded on both sides of time (at any stride) and transposed
+convs with any crops stream with a fixed delay (every tensor of a step spans its clock's
+uncommitted samples and the chunk's; samples ``delay`` input samples before the end are
+final: ``padkit.streaming._lookahead``), :meth:`StreamingModule.explain` tables each layer's
+clock and delay, and :meth:`StreamingModule.flush` ends the stream. Every batch row keeps its own sample count (:meth:`StreamingModule.reset_rows`).
 
 What it cannot see: tensor code inside a ``forward`` (``x[..., :-2]``, ``x.mean(-1)``,
 ``F.conv1d`` on a layer's weight) is run as written on each chunk, and branches that are
@@ -181,8 +182,10 @@ class StreamingModule(nn.Module):
             their ``(N, C, ...)`` dims; default ``axis``, or ``-1`` when ``axis=1`` (the model
             transposes ``(N, T, D)`` to ``(N, D, T)`` for its convs).
         lookahead: ``None`` (causal: every time pad on the left), ``"auto"`` or a number of
-            samples: stream a stride-1 model whose layers also pad on the right, its outputs
-            delayed by :attr:`delay` samples (the last ones come from :meth:`flush`).
+            input samples: stream a model whose layers also pad on the right (strided convs
+            and transposed convs included), its outputs delayed by :attr:`delay` input
+            samples (:attr:`output_delay` output samples; the last ones come from
+            :meth:`flush`).
         allow: extra module types, or qualified module names, that act on each time step on
             their own, for modules the probe cannot measure (random outputs, non-float
             inputs); modules are measured before the first step and need no declaration
