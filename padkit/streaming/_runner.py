@@ -48,7 +48,8 @@ With ``lookahead=``, layers padded on both sides of time (at any stride) and tra
 convs with any crops stream with a fixed delay (every tensor of a step spans its clock's
 uncommitted samples and the chunk's; samples ``delay`` input samples before the end are
 final: ``padkit.streaming._lookahead``), :meth:`StreamingModule.explain` tables each layer's
-clock and delay, and :meth:`StreamingModule.flush` ends the stream. Every batch row keeps its own sample count (:meth:`StreamingModule.reset_rows`).
+clock and delay, and :meth:`StreamingModule.flush` ends the stream. Every batch row keeps
+its own sample count (:meth:`StreamingModule.reset_rows`).
 
 What it cannot see: tensor code inside a ``forward`` (``x[..., :-2]``, ``x.mean(-1)``,
 ``F.conv1d`` on a layer's weight) is run as written on each chunk, and branches that are
