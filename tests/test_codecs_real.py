@@ -284,14 +284,14 @@ def test_dac_residual_units_stream_with_lookahead() -> None:
         return nn.Sequential(*(dac.ResidualUnit(4, d) for d in (1, 3, 9)))
 
     for dtype in DTYPES:
-        sm = check(make, 4, 80, 1, dtype, lookahead="auto", allow=[dac.Snake1d])
+        sm = check(make, 4, 80, 1, dtype, lookahead="auto")  # Snake1d: measured
         assert sm.delay == 3 * (1 + 3 + 9)
 
 
 @pytest.mark.parametrize("part", ["encoder", "decoder"])
-def test_dac_is_refused_with_the_module_and_reason(part: str) -> None:
-    """DAC is non-causal and strided: refused, naming the layer (lookahead at stride > 1 is
-    not built yet), never a raw error or a wrong stream."""
+def test_dac_without_lookahead_is_refused_with_the_module_and_reason(part: str) -> None:
+    """DAC is non-causal: a causal stream is refused, naming the layer whose right pad reads
+    the future, never a raw error or a wrong stream (it streams with lookahead, below)."""
     dac = load_dac()
     torch.manual_seed(0)
     if part == "encoder":
@@ -299,85 +299,80 @@ def test_dac_is_refused_with_the_module_and_reason(part: str) -> None:
     else:
         model, example = dac.Decoder(8, 8, [2, 2]), torch.zeros(1, 8, 8)
     new, _ = convert_causal(model.double().eval(), example.double())
-    why = r"'[\w.]+' (has stride 2|is a transposed conv).*lookahead streaming"
-    with pytest.raises(PaddingError, match=why):
-        StreamingModule(new, lookahead="auto", allow=[dac.Snake1d])
     with pytest.raises(PaddingError, match=r"right pad .* needs samples from the future"):
-        StreamingModule(new, allow=[dac.Snake1d])
+        StreamingModule(new)
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="issue 38 item 1: lookahead at stride > 1 is refused by "
-    "padkit/streaming/_plan.py _plan_layer ('lookahead streaming needs stride 1'), and Snake1d "
-    "needs allow= (_catalog.py recognises per-time-step modules by class, not by measurement)",
-)
+@pytest.mark.parametrize("dtype", DTYPES, ids=["f64", "f32"])
 @pytest.mark.parametrize("part", ["encoder", "decoder"])
-def test_dac_streams_with_lookahead(part: str) -> None:
+def test_dac_streams_with_lookahead(part: str, dtype: torch.dtype) -> None:
+    """DAC's encoder (k=2s strided convs padded ceil(s/2)) and decoder (transposed convs
+    k=2s cropping ceil(s/2)) stream exactly with their delay; Snake1d is measured."""
     dac = load_dac()
     if part == "encoder":
-        check(
-            lambda: dac.Encoder(d_model=4, strides=[2, 2], d_latent=4),
-            1,
-            40,
-            4,
-            torch.float64,
-            lookahead="auto",
+        make: Callable[[], nn.Module] = lambda: dac.Encoder(  # noqa: E731
+            d_model=4, strides=[2, 2], d_latent=4
         )
+        sm = check(make, 1, 40, 4, dtype, lookahead="auto")
+        # k7 3, units 39, k4 s2 p1 2; at 1/2: units 2 * 39, k4 s2 p1 2 * 2; at 1/4: k3 p1 4
+        assert sm.delay == 3 + 39 + 2 + 78 + 4 + 4
     else:
-        check(lambda: dac.Decoder(8, 8, [2, 2]), 8, 10, 1, torch.float64, lookahead="auto")
+        sm = check(lambda: dac.Decoder(8, 8, [2, 2]), 8, 10, 1, dtype, lookahead="auto")
+        # output samples: k7 3 frames (12), crop 1 (2), units 2 * 39, crop 1, units 39, k7 3
+        assert sm.output_delay == 12 + 2 + 78 + 1 + 39 + 3
 
 
 # ----------------------------------------------------------------------------- snac
 
 
-def test_snac_is_refused_with_the_module_and_reason() -> None:
+def test_snac_local_attention_is_refused_with_its_measured_dependency() -> None:
+    """SNAC's LocalMHA attends within blocks of ``window_size`` frames, and its block size
+    follows the length it is given (``T // window_size`` windows): run on a stream's chunks
+    it is not the full run's. Refused, naming it, with the dependency measured on its
+    full-sequence input (never a raw error from inside it, never a wrong stream)."""
     snac = load("snac", "snac.layers")
-    torch.manual_seed(0)
-    enc = snac.Encoder(d_model=16, strides=[2, 2], attn_window_size=4).double().eval()
-    with pytest.raises(PaddingError, match=r"'[\w.]+' has stride 2 .*lookahead streaming needs"):
-        StreamingModule(enc, lookahead="auto", allow=[snac.Snake1d])
     attention = load("snac", "snac.attention")
+    torch.manual_seed(0)
+    why = r"LocalMHA '[\w.]+' fails on a streamed chunk .* measured on its full-sequence input, "
+    why += r"output \d+ depends on input \d+"
+    enc = snac.Encoder(d_model=16, strides=[2, 2], attn_window_size=4).double().eval()
+    x = torch.randn(1, 1, 64, dtype=torch.float64)
+    with pytest.raises(PaddingError, match=why):
+        StreamingModule(enc, lookahead="auto").verify(x, [1] * 64)
+    stream = StreamingModule(enc, lookahead="auto", allow=[attention.SinusoidalEmbeddings])
+    with pytest.raises(PaddingError, match=why):
+        stream.verify(x, [1] * 64)
+    dec = snac.Decoder(64, 64, [2, 2], attn_window_size=4).double().eval()
+    with pytest.raises(PaddingError, match=why):
+        StreamingModule(dec, lookahead="auto").verify(torch.randn(1, 64, 8).double(), [1] * 8)
     mha = attention.LocalMHA(dim=8, window_size=4, dim_head=4).double().eval()
-    # its windows are fixed blocks of the sequence: the stream's self-check runs it on a
-    # chunk and refuses it, naming the module (never a raw error from inside it)
     stream = StreamingModule(mha, lookahead="auto")
-    x = torch.randn(1, 8, 16, dtype=torch.float64)
     with pytest.raises(PaddingError, match="LocalMHA"):
-        state = stream.init_state(example=x[..., :8])
-        for i in range(16):
-            _, state = stream.step(x[..., i : i + 1], state)
+        stream.verify(torch.randn(1, 8, 16, dtype=torch.float64), [1] * 16)
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="issue 38 items 1-2: lookahead at stride > 1 (padkit/streaming/_plan.py "
-    "_plan_layer), and LocalMHA's window measured as local (_catalog.py/_check.py refuse "
-    "SinusoidalEmbeddings and Snake1d by class)",
-)
+@pytest.mark.parametrize("dtype", DTYPES, ids=["f64", "f32"])
 @pytest.mark.parametrize("part", ["encoder", "decoder"])
-def test_snac_streams_with_lookahead(part: str) -> None:
+def test_snac_streams_with_lookahead(part: str, dtype: torch.dtype) -> None:
+    """SNAC's convolutional encoder and decoder (no attention): strides 2 and 3, 'same'
+    dilated residual units, Snake measured per time step (no allow=), the decoder's
+    transposed convs cropping ceil(s/2) with output_padding s % 2: exact with lookahead."""
     snac = load("snac", "snac.layers")
     if part == "encoder":
-        check(
-            lambda: snac.Encoder(d_model=16, strides=[2, 2], attn_window_size=4),
-            1,
-            64,
-            4,
-            torch.float64,
-            convert=False,
-            lookahead="auto",
+        make: Callable[[], nn.Module] = lambda: snac.Encoder(  # noqa: E731
+            d_model=8, strides=[2, 3], attn_window_size=None
         )
+        sm = check(make, 1, 60, 6, dtype, convert=False, lookahead="auto")
+        # k7 'same' 3, residual units 3 * (1 + 3 + 9), k4 s2 p1 2; at 1/2: 2 * 39, k6 s3 p2
+        # 3 of its inputs (6); at 1/6: k7 'same' 3 (18)
+        assert sm.delay == 3 + 39 + 2 + 78 + 6 + 18
     else:
-        check(
-            lambda: snac.Decoder(64, 64, [2, 2], attn_window_size=4),
-            64,
-            8,
-            1,
-            torch.float64,
-            convert=False,
-            lookahead="auto",
-        )
+        make = lambda: snac.Decoder(16, 16, [3, 2], attn_window_size=None)  # noqa: E731
+        sm = check(make, 16, 8, 1, dtype, convert=False, lookahead="auto")
+        # in output samples: k7 'same' 3 frames (18), crop 2 of k6 s3 (2 * 2 = 4), units
+        # 39 at 3 per frame (78), crop 1 of k4 s2 (1), units 39, k7 'same' 3
+        assert sm.output_delay == 18 + 4 + 78 + 1 + 39 + 3
+    assert "| transposed conv |" in sm.explain() or part == "encoder"
 
 
 # ----------------------------------------------------------------------------- cached_conv

@@ -36,6 +36,7 @@ import copy
 import math
 from collections.abc import Iterator
 from contextlib import contextmanager
+from fractions import Fraction
 from typing import Any
 
 import torch
@@ -507,12 +508,20 @@ class _Probe:
         self.minimum = 1 + sum(
             max(p.k_eff - 1, p.lo) for p in stream._plans.values() if p.kind != "convt"
         )
+        self.look_delay = 0  # lookahead: the delay, in input samples
+        if stream._lookahead_mode:
+            clocks = stream._clocks_for(chunk)
+            self.look_delay = -(-clocks.delay // clocks.ticks)
+            self.hop = max(self.hop, min(clocks.hop, 1 << 14))
+            # long enough that outputs are emitted before the flush, every phase of a hop
+            self.minimum = max(self.minimum, self.look_delay + 2 * clocks.hop + 8)
         streamed = {id(stream._layer_by_name(n)) for n in [*stream._plans, *stream._rnn_plans]}
         self.rec = _Recorder(self.model, streamed)
         self.full: dict[int, list[_Call]] = {}
         self.full_order: list[int] = []
         self.n = 0
         self.second: dict[int, list[_Call]] | None = None  # a full run at another length
+        self.n2 = 0
         self.tried: list[tuple[int, str]] = []
 
     # -------------------------------------------------------------- inputs
@@ -551,13 +560,13 @@ class _Probe:
                 self.second = None
                 for m in (n + 2 * self.hop, n + self.hop, 2 * n, n + 3 * self.hop):
                     if self.run_full(m, seed=99):
-                        self.second = self.rec.calls
+                        self.second, self.n2 = self.rec.calls, m
                         break
                 return n
         return None
 
     def lengths(self) -> list[int]:
-        n0 = self.hop * max(3, math.ceil(24 / self.hop))
+        n0 = self.hop * max(3, math.ceil(max(24, self.minimum) / self.hop))
         return probe_lengths(n0, self.hop, self.minimum, self.length)
 
     def call_axes(self, key: int, i: int) -> tuple[list[int | None], list[int | None]] | None:
@@ -615,6 +624,13 @@ class _Probe:
         reflect-padded model's start-up)."""
         n = self.n - lead
         sizes = [1, 7, n - 8] if n > 8 else [1, n - 1]
+        if self.look_delay and n > 8:
+            # lookahead: one-sample steps over a hop from the delay on, so that the first
+            # output of every phase is emitted by the step that completes its window
+            # (a lookahead one sample short emits it a step early)
+            reach = min(max(0, self.look_delay - 8), n - 8)
+            ones = min(self.hop + 1, 256, max(0, n - 8 - reach))
+            sizes = [1, 7, reach, *([1] * ones), n - 8 - reach - ones]
         return [s for s in ([lead] if lead else []) + sizes if s > 0]
 
     def stream_run(self, sizes: list[int]) -> None:
@@ -624,11 +640,12 @@ class _Probe:
         rec = self.rec
         x = self.sequence(self.n)
         look = stream._lookahead_mode
-        delay = stream._delay
-        spans: list[tuple[int, int]] = []  # lookahead: each step's (span, final) samples
+        # lookahead: each step's (span start, samples seen) in input samples
+        spans: list[tuple[int, int]] = []
         rec.reset(False)
         with torch.no_grad():
             state = stream.init_state(example=x)  # a length the model accepts
+            clocks = stream._clocks
             done = 0
             rec.on = True
             try:
@@ -643,11 +660,13 @@ class _Probe:
                         where = rec.stack[-1][0] if rec.stack else None
                         label = rec.label(where) if where is not None else err.label
                         raise _StreamFailed(label, k, err.error) from None
-                    start = max(0, done - delay)
+                    clocks = stream._clocks
+                    start = clocks.start(done) if look and clocks is not None else 0
                     done += k
-                    spans.append((done - start, max(start, done - delay) - start))
+                    spans.append((start, done))
                 if look:
-                    start = max(0, done - delay)
+                    clocks = stream._clocks
+                    start = clocks.start(done) if clocks is not None else 0
                     rec.stack = []
                     try:
                         stream.flush(state)
@@ -655,7 +674,7 @@ class _Probe:
                         where = rec.stack[-1][0] if rec.stack else None
                         label = rec.label(where) if where is not None else err.label
                         raise _StreamFailed(label, 0, err.error) from None
-                    spans.append((done - start, done - start))
+                    spans.append((start, -1))  # -1: the flush, everything final
             finally:
                 rec.on = False
         self.first_wrong(spans, sizes, final=True)
@@ -678,7 +697,7 @@ class _Probe:
             if look:
                 if len(outs) > len(spans) + (0 if final else 1):
                     continue
-                parts = self._final_parts(f, outs, spans)
+                parts = self._final_parts(key, f, outs, spans)
             if parts is None:
                 continue
             a = _time_axis(f, parts)
@@ -700,7 +719,10 @@ class _Probe:
             ref = f.narrow(a, 0, got)
             scale = float(ref.abs().max())
             diff = float((streamed_t - ref).abs().max())
-            if not diff <= 1e-4 * (1.0 + scale):
+            # float64 streams match to rounding (~1e-15): a weak dependency on an unseen
+            # sample (a too-short lookahead through a deep chain) shows far above it
+            rel = 1e-9 if f.dtype == torch.float64 else 1e-4
+            if not diff <= rel * (1.0 + scale):
                 raise PaddingError(
                     f"StreamingModule: {label} streams values that differ from the full run's "
                     f"(its streamed output differs by {diff:.3g}; a probe of {n} samples in "
@@ -708,26 +730,46 @@ class _Probe:
                     f"{self.why(key)}{self.pads(key)}" + _HINT
                 )
 
-    def _final_parts(
-        self, f: Tensor, parts: list[Tensor], spans: list[tuple[int, int]]
-    ) -> list[Tensor] | None:
-        """Lookahead: each step's outputs that are final (the committed samples)."""
-        n = self.n
-        cands = [
-            a
-            for a in range(f.dim())
-            if f.shape[a] == n
-            and all(
-                p.dim() == f.dim()
-                and p.shape[a] == span
-                and all(p.shape[b] == f.shape[b] for b in range(f.dim()) if b != a)
-                for p, (span, _) in zip(parts, spans)
-            )
-        ]
-        if len(cands) != 1:
+    def out_rate(self, key: int) -> tuple[int, Fraction] | None:
+        """A module's output time axis and its clock (output samples per input sample),
+        from the two full runs; None where it has no single one."""
+        axes = self.call_axes(key, 0)
+        if axes is None or self.second is None or len(axes[1]) != 1:
             return None
-        a = cands[0]
-        return [p.narrow(a, 0, keep) for p, (_, keep) in zip(parts, spans)]
+        a = axes[1][0]
+        if a is None or a == _AMBIGUOUS:
+            return None
+        first, second = self.full[key][0].out, self.second[key][0].out
+        if not isinstance(first, Tensor) or not isinstance(second, Tensor):
+            return None
+        rate = Fraction(int(second.shape[a]) - int(first.shape[a]), self.n2 - self.n)
+        return (a, rate) if rate > 0 else None
+
+    def _final_parts(
+        self, key: int, f: Tensor, parts: list[Tensor], spans: list[tuple[int, int]]
+    ) -> list[Tensor] | None:
+        """Lookahead: the samples each step's output of a module adds to its committed ones
+        (the module's clock is measured on the two full runs: its output's time length at
+        the probe's two lengths)."""
+        clocks = self.stream._clocks
+        found = self.out_rate(key)
+        if clocks is None or found is None:
+            return None
+        a, rate = found
+        out: list[Tensor] = []
+        emitted = 0
+        for p, (start, n) in zip(parts, spans):
+            v = start * rate
+            if v.denominator != 1 or p.dim() != f.dim():
+                return None
+            first = int(v)
+            upto = first + int(p.shape[a]) if n < 0 else clocks.committed(rate, n)
+            lo, hi = emitted - first, upto - first
+            if lo < 0 or hi > p.shape[a]:
+                return None  # the module's output does not cover its committed samples
+            out.append(p.narrow(a, lo, max(0, hi - lo)))
+            emitted = max(emitted, upto)
+        return out
 
     # -------------------------------------------------------------- explanations
 
@@ -735,13 +777,14 @@ class _Probe:
         """Lookahead: whether the stream's lookahead is shorter than its layers' right pads
         add up to (then outputs it emits may still depend on samples not seen yet)."""
         stream = self.stream
-        need = sum(p.hi for p in stream._plans.values() if p.kind != "convt")
-        if not stream._lookahead_mode or stream._delay >= need:
+        clocks = stream._clocks
+        if not stream._lookahead_mode or clocks is None or clocks.delay >= clocks.auto:
             return ""
+        need = Fraction(clocks.auto, clocks.ticks)
         return (
-            f"the stream's lookahead={stream._delay} is smaller than the {need} samples its "
-            "layers' right pads add up to (lookahead='auto'), and here the outputs it emits "
-            "as final still depend on samples it has not seen. "
+            f"the stream's lookahead={stream._lookahead} is smaller than the {need} input "
+            "samples its layers' lookaheads add up to (lookahead='auto'), and here the "
+            "outputs it emits as final still depend on samples it has not seen. "
         )
 
     def why(self, key: int) -> str:
@@ -757,7 +800,12 @@ class _Probe:
         if axes is None:
             return default
         call = self.full[key][0]
-        ahead = self.stream._delay if self.stream._lookahead_mode else 0
+        ahead = 0
+        clocks = self.stream._clocks
+        if self.stream._lookahead_mode and clocks is not None:
+            found_rate = self.out_rate(key)
+            rate = found_rate[1] if found_rate is not None else Fraction(1)
+            ahead = math.floor(clocks.samples(clocks.delay, rate))
         behind = self.reach(key)
         try:
             found = measure(
@@ -872,9 +920,13 @@ def _probe(stream: Any, probe: _Probe) -> bool:
     try:
         probe.stream_run(probe.split(lead))
     except _StreamFailed as failed:
+        keys = [k for k in probe.rec.modules if probe.rec.label(k) == failed.label]
+        measured = probe.why(keys[0]) if keys else ""
+        if not measured.startswith("measured"):
+            measured = ""
         raise PaddingError(
             f"StreamingModule: {failed.label} fails on a streamed chunk of {failed.size} "
             f"sample(s) ({_first_line(failed.error)}) although the full sequence of "
-            f"{probe.n} runs. {_HINT}"
+            f"{probe.n} runs{'; ' + measured if measured else '. '}{_HINT}"
         ) from None
     return True

@@ -87,6 +87,10 @@ class _Plan:
     # old-style weight or spectral norm: forward pre-hooks that set the layer's weight from
     # its parameters, run by the stand-in before each call (as the layer's own call does)
     pre_hooks: bool = False
+    # lookahead mode: the layer runs on spans of uncommitted samples (any pads, any stride;
+    # transposed convs keep their crops (lo, hi) and ``op``, the time output padding)
+    look: bool = False
+    op: int = 0
     # derived in __post_init__ (read on every step, so stored rather than computed)
     k_eff: int = field(init=False)
     stride: int = field(init=False)
@@ -106,9 +110,12 @@ class _Plan:
         stride = self.s[self.ti]
         object.__setattr__(self, "k_eff", k_eff)
         object.__setattr__(self, "stride", stride)
-        if self.kind == "convt":
+        if self.kind == "convt" and self.look:
+            # the inputs before a span whose kernels reach its first (cropped) output
+            hist = max(0, (k_eff - 1 - self.lo) // stride)
+        elif self.kind == "convt":
             hist = -(-(k_eff - 1 + self.hi) // stride)
-        elif self.hi > 0:  # lookahead: the right pad stands for samples not seen yet
+        elif self.hi > 0 or self.look:  # lookahead: the right pad stands for unseen samples
             hist = self.lo
         else:
             hist = max(k_eff - 1, self.lo)
@@ -126,6 +133,15 @@ class _Plan:
         object.__setattr__(self, "pointwise", fast and self.hi == 0 and k_eff == 1)
         object.__setattr__(self, "key_buf", f"{self.name}.buf")
         object.__setattr__(self, "key_pos", f"{self.name}.pos")
+
+    @property
+    def ahead(self) -> int:
+        """Lookahead mode: how far past its nominal time (output ``j`` of a conv or pool at
+        input ``j*s``; of a transposed conv at input ``j/s``) an output reads, in samples of
+        the layer's input (conv, pool) or output (transposed conv)."""
+        if self.kind == "convt":
+            return max(0, self.lo)
+        return max(0, self.k_eff - 1 - self.lo)
 
     @property
     def stateless(self) -> bool:
@@ -271,16 +287,6 @@ def _plan_direct(
             f"StreamingModule: {what} pads the time axis with {rule!r} at stride {s[ti]}, "
             "which depends on the sequence length; use 'causal' or 'causal_block'"
         ) from None
-    k_eff = d[ti] * (k[ti] - 1) + 1
-    if lookahead and (s[ti] != 1 or lo + hi != k_eff - 1):
-        raise PaddingError(
-            f"StreamingModule(lookahead=...): {what} has stride {s[ti]} and time pads "
-            f"{(lo, hi)} (effective kernel {k_eff}); lookahead streaming needs stride 1 and "
-            "pads that keep the length (lo + hi = k_eff - 1: 'same', 'causal', symmetric "
-            "(k-1)/2) in the layer itself. Time pads written in a module's forward around it "
-            "(F.pad, pad modules) run on every chunk: convert_causal(model, example) moves "
-            "them into the layer"
-        )
     if 0 < hi < s[ti] and not lookahead:
         # a right pad shorter than the stride only completes the last, partial stride window
         # (EnCodec's extra padding; explicit (k_eff - s, s - 1) pairs): the windows before it
@@ -329,6 +335,7 @@ def _plan_direct(
         hi,
         reflect=reflect,
         fill=rec.padding_value,
+        look=lookahead,
     )
 
 
@@ -339,11 +346,6 @@ def _plan_transposed(
     s = _tuple_of(layer.stride, nd, "stride")
     d = _tuple_of(layer.dilation, nd, "dilation")
     op = _tuple_of(layer.output_padding, nd, "output_padding", minimum=0)
-    if lookahead:
-        raise PaddingError(
-            f"StreamingModule(lookahead=...): {what} is a transposed conv; lookahead streaming "
-            "takes stride-1 models only (stream a causal decoder without lookahead)"
-        )
     if is_padkit:
         found = set()
         for n in (7, 8, 9):
@@ -360,6 +362,10 @@ def _plan_transposed(
         pad = _tuple_of(layer.padding, nd, "padding", minimum=0)
         lo, hi = pad[ti], pad[ti]
     k_eff = d[ti] * (k[ti] - 1) + 1
+    if lookahead:
+        if lo < 0 or hi < 0:  # pragma: no cover - crops are never negative on these layers
+            raise PaddingError(f"StreamingModule(lookahead=...): {what} crops {(lo, hi)}")
+        return _Plan(name, "convt", nd, ti, k, s, d, lo, False, is_padkit, hi, look=True, op=op[ti])
     # the offline output crops hi - op at the end of the full (n-1)*s + k_eff outputs; the
     # outputs a stream can finalise after n inputs end at n*s: held back = the difference
     held = hi - op[ti] - (k_eff - s[ti])

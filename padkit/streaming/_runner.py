@@ -44,10 +44,12 @@ even when declared in ``allow=``) and modules whose streamed outputs differ from
 run's (the self-check, in causal and lookahead mode). What the model's own code raises comes
 out as a :class:`padkit.PaddingError` naming the module.
 
-With ``lookahead=`` (stride-1 models), layers padded on both sides of time stream with a
-fixed delay (every tensor of a step spans the uncommitted samples and the chunk; outputs
-``delay`` samples before the end are final) and :meth:`StreamingModule.flush` ends the
-stream. Every batch row keeps its own sample count (:meth:`StreamingModule.reset_rows`).
+With ``lookahead=``, layers padded on both sides of time (at any stride) and transposed
+convs with any crops stream with a fixed delay (every tensor of a step spans its clock's
+uncommitted samples and the chunk's; samples ``delay`` input samples before the end are
+final: ``padkit.streaming._lookahead``), :meth:`StreamingModule.explain` tables each layer's
+clock and delay, and :meth:`StreamingModule.flush` ends the stream. Every batch row keeps
+its own sample count (:meth:`StreamingModule.reset_rows`).
 
 What it cannot see: tensor code inside a ``forward`` (``x[..., :-2]``, ``x.mean(-1)``,
 ``F.conv1d`` on a layer's weight) is run as written on each chunk, and branches that are
@@ -57,9 +59,11 @@ added must emit their samples at the same times (see ``docs/causal-streaming.md`
 
 from __future__ import annotations
 
+import math
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from fractions import Fraction
 from typing import Any
 
 import torch
@@ -70,6 +74,7 @@ from ..op import max_pad_fill
 from ..spec import PaddingError
 from ._catalog import _BATCH_NORMS, _HOLDERS, _MEASURED, _REFUSED, elementwise, refused_norm
 from ._check import ModelRaised, model_raised, probe_lengths, probe_stream, unchanged
+from ._lookahead import Clocks, make_clocks
 from ._ops import empty_output, run_op, run_transposed
 from ._plan import _CONVS, _CONVTS, _POOLS, _Plan, _plan_layer, weight_hooks
 from ._recurrent import (
@@ -178,8 +183,10 @@ class StreamingModule(nn.Module):
             their ``(N, C, ...)`` dims; default ``axis``, or ``-1`` when ``axis=1`` (the model
             transposes ``(N, T, D)`` to ``(N, D, T)`` for its convs).
         lookahead: ``None`` (causal: every time pad on the left), ``"auto"`` or a number of
-            samples: stream a stride-1 model whose layers also pad on the right, its outputs
-            delayed by :attr:`delay` samples (the last ones come from :meth:`flush`).
+            input samples: stream a model whose layers also pad on the right (strided convs
+            and transposed convs included), its outputs delayed by :attr:`delay` input
+            samples (:attr:`output_delay` output samples; the last ones come from
+            :meth:`flush`).
         allow: extra module types, or qualified module names, that act on each time step on
             their own, for modules the probe cannot measure (random outputs, non-float
             inputs); modules are measured before the first step and need no declaration
@@ -295,16 +302,29 @@ class StreamingModule(nn.Module):
                 "lookahead streaming recomputes the uncommitted samples on every step, which a "
                 "recurrent layer's state cannot do. Stream the model without lookahead"
             )
-        need = sum(p.hi for p in self._plans.values() if p.kind != "convt")
-        self._delay: int = 0
-        if lookahead is not None:
-            self._delay = need if lookahead == "auto" else int(lookahead)
-            top = max((p.hi for p in self._plans.values()), default=0)
-            if self._delay < top:
+        self._lookahead: int | str = 0 if lookahead is None else lookahead
+        self._clocks: Clocks | None = None
+        if lookahead is not None and all(
+            p.kind != "convt" and p.stride == 1 for p in self._plans.values()
+        ):
+            # stride 1: every clock is the input's (code that resamples time is caught by the
+            # self-check)
+            one = Fraction(1)
+            rates = dict.fromkeys(self._plans, one)
+            self._clocks = make_clocks(self._plans, rates, one, lookahead)
+            top = max((p.ahead for p in self._plans.values()), default=0)
+            if lookahead != "auto" and self._clocks.delay < top:
                 raise PaddingError(
                     f"StreamingModule: lookahead={lookahead} is smaller than the right pad "
-                    f"{top} of one layer; the model needs up to {need} samples ('auto')"
+                    f"{top} of one layer; the model needs up to {self._clocks.auto} samples "
+                    "('auto')"
                 )
+
+    @property
+    def _delay(self) -> int:
+        """The delay in input samples where it is known (0 before the clocks are measured)."""
+        c = self._clocks
+        return 0 if c is None else -(-c.delay // c.ticks)
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
@@ -319,6 +339,14 @@ class StreamingModule(nn.Module):
     def __setstate__(self, state: dict[str, Any]) -> None:
         state.setdefault("_rnn_hx", set())  # pickles made before these existed
         state.setdefault("_measure", {})
+        if "_clocks" not in state:  # pickles made before strided lookahead
+            delay = state.pop("_delay", 0)
+            state["_lookahead"] = delay
+            state["_clocks"] = None
+            if state.get("_lookahead_mode"):
+                one = Fraction(1)
+                plans = state["_plans"]
+                state["_clocks"] = make_clocks(plans, dict.fromkeys(plans, one), one, delay)
         super().__setstate__(state)  # type: ignore[no-untyped-call]
         self._lock = threading.RLock()
         names = {id(self._layer_by_name(n)): n for n in [*self._plans, *self._rnn_plans]}
@@ -503,6 +531,8 @@ class StreamingModule(nn.Module):
                         first = first or err
                         continue
                     self._startup_samples(probe)
+                    if self._lookahead_mode:
+                        self._clocks_for(probe)
                     return ctx.created
             assert first is not None
             raise PaddingError(
@@ -861,39 +891,134 @@ class StreamingModule(nn.Module):
         self._check_chunk(empty, "flush(): example")
         return self._step_causal(empty, state, lazy=False, final=True)[0]
 
+    def _clocks_for(self, chunk: Tensor) -> Clocks:
+        """The lookahead stream's clocks, measured on the first input shape (each layer's
+        input length and the output's, in full runs of the model on zeros at two lengths)."""
+        if self._clocks is not None:
+            return self._clocks
+        with self._lock:
+            rates, out = self._measure_rates(chunk)
+            self._clocks = make_clocks(self._plans, rates, out, self._lookahead)
+        return self._clocks
+
+    def _measure_rates(self, chunk: Tensor) -> tuple[dict[str, Fraction], Fraction]:
+        dim = self.axis if self.axis >= 0 else chunk.dim() + self.axis
+        shape = list(chunk.shape)
+        shape[0] = 1
+        hop = 1
+        for plan in self._plans.values():
+            hop *= max(int(plan.stride), 1)
+        hop = min(hop, 1 << 12)
+        _, minimum = self._hop_and_minimum()
+        seen: dict[str, int] = {}
+        handles = []
+
+        def hook(name: str, plan: _Plan) -> Any:
+            def pre(_: nn.Module, args: tuple[Any, ...]) -> None:
+                x = args[0] if args else None
+                if isinstance(x, Tensor) and name not in seen and x.dim() == plan.nd + 2:
+                    seen[name] = int(x.shape[2 + plan.ti])
+
+            return pre
+
+        runs: list[tuple[int, dict[str, int], int]] = []
+        tried: list[str] = []
+        try:
+            for name, plan in self._plans.items():
+                layer = self._layer_by_name(name)
+                handles.append(layer.register_forward_pre_hook(hook(name, plan)))
+            with unchanged(self.model), torch.no_grad():
+                for n in probe_lengths(hop * max(2, math.ceil(minimum / hop)), hop, minimum):
+                    if len(runs) == 2:
+                        break
+                    shape[dim] = n
+                    seen.clear()
+                    try:
+                        out = self.model(chunk.new_zeros(shape))
+                    except Exception as err:
+                        tried.append(f"{n}: {type(err).__name__}: {err}".split("\n")[0])
+                        continue
+                    if not isinstance(out, Tensor):
+                        raise PaddingError(
+                            f"StreamingModule(lookahead=...): the model returns "
+                            f"{type(out).__name__}; lookahead streaming needs a model that "
+                            "returns one tensor (its outputs are cut at the committed samples)"
+                        )
+                    odim = self.axis if self.axis >= 0 else out.dim() + self.axis
+                    runs.append((n, dict(seen), int(out.shape[odim])))
+        finally:
+            for h in handles:
+                h.remove()
+        if len(runs) < 2:
+            raise PaddingError(
+                "StreamingModule(lookahead=...): the model runs at fewer than two of the "
+                f"lengths tried ({'; '.join(tried[:3])}); a lookahead stream measures each "
+                "layer's clock on two full runs"
+            )
+        (n1, l1, o1), (n2, l2, o2) = runs
+        rates: dict[str, Fraction] = {}
+        for name, plan in self._plans.items():
+            if name not in l1 or name not in l2:
+                raise PaddingError(
+                    f"StreamingModule(lookahead=...): {type(self._layer(plan)).__name__} "
+                    f"{name!r} is not called by the model's forward on inputs of {n1} and {n2} "
+                    "samples, so its clock cannot be measured"
+                )
+            rates[name] = Fraction(l2[name] - l1[name], n2 - n1)
+            if rates[name] <= 0:
+                raise PaddingError(
+                    f"StreamingModule(lookahead=...): {type(self._layer(plan)).__name__} "
+                    f"{name!r} gets {l1[name]} and {l2[name]} time steps for inputs of {n1} "
+                    f"and {n2} samples: its input does not follow the sequence's length"
+                )
+        return rates, Fraction(o2 - o1, n2 - n1)
+
     def _step_lookahead(
         self, chunk: Tensor, state: StreamState, *, final: bool, lazy: bool
     ) -> tuple[Any, StreamState]:
         dim = self.axis if self.axis >= 0 else chunk.dim() + self.axis
+        clocks = self._clocks_for(chunk)
         held = state.get(_INPUT_KEY)
         pos_t = state.get(_POS_KEY)
         n_prev = int(pos_t) if pos_t is not None else 0
         x = chunk if held is None or held.shape[dim] == 0 else torch.cat([held, chunk], dim)
         n = n_prev + int(chunk.shape[dim])
-        start = max(0, n_prev - self._delay)
-        if held is not None and held.shape[dim] != n_prev - start:
+        start = clocks.start(n_prev)
+        if (held.shape[dim] if held is not None else 0) != n_prev - start:
             raise PaddingError(
-                f"step(): state {_INPUT_KEY!r} holds {held.shape[dim]} samples, expected "
+                f"step(): state {_INPUT_KEY!r} holds "
+                f"{held.shape[dim] if held is not None else 0} samples, expected "
                 f"{n_prev - start}; pass the state returned by the previous step"
             )
-        commit = n if final else max(start, n - self._delay)
+        nxt = start if final else clocks.start(n)
         ctx = _Context(
-            state_in=state, lazy=lazy, lookahead=(start, commit, n), chunk=_described(chunk)
+            state_in=state, lazy=lazy, lookahead=(start, nxt, n), chunk=_described(chunk)
         )
+        ctx.clocks = clocks
         out = self._run(x, ctx, "flush()" if final else "step()")
-        if isinstance(out, Tensor):
-            odim = self.axis if self.axis >= 0 else out.dim() + self.axis
-            if out.shape[odim] != n - start:
-                raise PaddingError(
-                    f"StreamingModule(lookahead=...): the model returned {out.shape[odim]} "
-                    f"time steps for {n - start} input samples; lookahead streaming needs a "
-                    "model whose output has one step per input sample"
-                )
-            out = out.narrow(odim, 0, commit - start)
+        if not isinstance(out, Tensor):
+            raise PaddingError(
+                f"StreamingModule(lookahead=...): the model returned {type(out).__name__}; "
+                "lookahead streaming needs a model that returns one tensor"
+            )
+        odim = self.axis if self.axis >= 0 else out.dim() + self.axis
+        a_out = clocks.at(clocks.out, start)
+        first = clocks.committed(clocks.out, n_prev) - a_out
+        last = int(out.shape[odim]) if final else clocks.committed(clocks.out, n) - a_out
+        if first < 0 or last > out.shape[odim]:
+            raise PaddingError(
+                f"StreamingModule(lookahead=...): {type(self.model).__name__} '<model>' "
+                f"returned {out.shape[odim]} time "
+                f"steps for input samples {start}..{n - 1}, where its outputs "
+                f"{a_out + max(first, 0)}..{a_out + last - 1} are due (its output clock runs at "
+                f"{clocks.out} samples per input sample); its forward pads or crops time in "
+                "code the stream does not see"
+            )
+        out = out.narrow(odim, first, max(0, last - first))
         new_state = dict(ctx.created)
         new_state.update(state)
         new_state.update(ctx.state_out)
-        new_state[_INPUT_KEY] = x.narrow(dim, commit - start, n - commit).clone()
+        new_state[_INPUT_KEY] = x.narrow(dim, nxt - start, n - nxt).clone()
         new_state[_POS_KEY] = torch.tensor(n, dtype=torch.int64, device=chunk.device)
         return out, new_state
 
@@ -911,9 +1036,30 @@ class StreamingModule(nn.Module):
 
     @property
     def delay(self) -> int:
-        """Samples by which the outputs lag the input (lookahead mode; 0 when causal). A
-        reflect-padded model's start-up hold is :attr:`startup_delay`."""
+        """Input samples by which the outputs lag the input (lookahead mode; 0 when causal):
+        after ``n`` input samples, every output whose time (output ``j`` of a model of total
+        stride ``R`` at input ``j*R``; of an upsampling model at ``j/U``) is before
+        ``n - delay`` has come out. Rounded up to a whole sample where the model upsamples
+        (:attr:`output_delay` is exact there). For a strided lookahead model it is measured
+        on the first input shape (:meth:`init_state` with ``example=`` or the first step);
+        asked before that, it raises. A reflect-padded model's start-up hold is
+        :attr:`startup_delay`."""
+        if self._lookahead_mode and self._clocks is None:
+            raise PaddingError(
+                "StreamingModule.delay: the clocks of this strided lookahead stream are "
+                "measured on the first input shape; call init_state(example=...) or step() first"
+            )
         return self._delay
+
+    @property
+    def output_delay(self) -> Fraction:
+        """:attr:`delay` in samples of the model's output (lookahead mode): output ``j`` comes
+        out once it is ``output_delay`` output samples older than the input's end."""
+        self.delay  # raises before the clocks are measured  # noqa: B018
+        c = self._clocks
+        if c is None:
+            return Fraction(0)
+        return c.samples(c.delay, c.out)
 
     @property
     def startup_delay(self) -> int | None:
@@ -935,9 +1081,54 @@ class StreamingModule(nn.Module):
 
     @property
     def delays(self) -> dict[str, int]:
-        """Each layer's lookahead: its right pad on the time axis, in samples (lookahead
-        mode). :attr:`delay` is their sum unless ``lookahead`` was given as a number."""
-        return {n: p.hi for n, p in self._plans.items() if p.kind != "convt" and p.hi > 0}
+        """Each layer's lookahead (lookahead mode): how far its outputs read past their time,
+        in samples of its input (a conv or pool: ``k_eff - 1 - lo``, its right pad for a
+        length-keeping layer) or of its output (a transposed conv: its start crop).
+        :attr:`delay` is their sum, each in input samples, unless ``lookahead`` was given as
+        a number (see :meth:`explain`)."""
+        if not self._lookahead_mode:
+            return {}
+        return {n: p.ahead for n, p in self._plans.items() if p.ahead > 0}
+
+    def explain(self) -> str:
+        """A table of the streamed layers: kernel, stride, dilation, time pads (crops for a
+        transposed conv), and in lookahead mode each layer's clock (its input samples per
+        model-input sample), how far it reads ahead and the delay it adds, in model-input
+        samples; then the total :attr:`delay` (and :attr:`output_delay`)."""
+        c = self._clocks
+        mode = "causal" if not self._lookahead_mode else f"lookahead={self._lookahead!r}"
+        rows = [
+            f"StreamingModule({mode}): {len(self._plans)} streamed layer(s)",
+            "| layer | kind | kernel | stride | dilation | time pads | clock | reads ahead "
+            "| adds (input samples) |",
+            "|---|---|---|---|---|---|---|---|---|",
+        ]
+        for name, p in self._plans.items():
+            kind = {"convt": "transposed conv", "conv": "conv"}.get(p.kind, f"{p.kind} pool")
+            pads = f"crops ({p.lo}, {p.hi})" if p.kind == "convt" else f"({p.lo}, {p.hi})"
+            clock = ahead = adds = "-"
+            if self._lookahead_mode:
+                unit = "output" if p.kind == "convt" else "input"
+                ahead = f"{p.ahead} ({unit})"
+                if c is not None and name in c.rates:
+                    clock = str(c.rates[name])
+                    adds = str(Fraction(c.adds.get(name, 0), c.ticks))
+                else:
+                    clock = adds = "? (measured on the first input)"
+            rows.append(
+                f"| {name} | {kind} | {p.k[p.ti]} | {p.stride} | {p.d[p.ti]} | {pads} | "
+                f"{clock} | {ahead} | {adds} |"
+            )
+        if self._lookahead_mode and c is not None:
+            out = c.samples(c.delay, c.out)
+            rows.append(
+                f"delay: {Fraction(c.delay, c.ticks)} input samples ({self._delay} whole), "
+                f"{out} output samples (output clock {c.out} per input sample; the layers' "
+                f"sum, 'auto': {Fraction(c.auto, c.ticks)})"
+            )
+        elif self._lookahead_mode:
+            rows.append("delay: measured on the first input shape (init_state(example=...))")
+        return "\n".join(rows)
 
     @property
     def state(self) -> StreamState | None:
@@ -1246,30 +1437,76 @@ class StreamingModule(nn.Module):
     def _run_layer_lookahead(
         self, plan: _Plan, layer: nn.Module, x: Tensor, buf: Tensor, pos: Tensor, ctx: _Context
     ) -> Tensor:
-        """Lookahead mode: ``x`` covers the uncommitted samples and the new chunk; the right
-        pad stands for the samples not seen yet, as if the stream ended now."""
+        """Lookahead mode: ``x`` covers this layer's input samples from the span's start
+        (``start`` on its clock) to the end, as if the stream ended now; its history holds
+        the committed samples before that. The right pad (a transposed conv: the end of its
+        output) stands for the samples not seen yet; what reads it is recomputed on the
+        next step."""
         assert ctx.lookahead is not None
-        start, commit, end = ctx.lookahead
+        start, nxt, _ = ctx.lookahead
         td = 2 + plan.ti
-        parts = [buf, x] if plan.lo > 0 else [x]
-        if plan.hi > 0:
-            shape = list(x.shape)
-            shape[td] = plan.hi
-            fill = max_pad_fill(x, plan.fill) if plan.kind == "max" else 0.0
-            parts.append(x.new_full(shape, fill))
-        cat = torch.cat(parts, dim=td) if len(parts) > 1 else x
-        t0 = torch.full((x.shape[0],), start - plan.lo, dtype=torch.int64, device=x.device)
-        if cat.shape[td] >= plan.k_eff:
-            y = run_op(self._pairs_cache, plan, layer, cat, t0, end)
+        length = int(x.shape[td])
+        a_in = a_next = 0
+        if start or nxt:
+            clocks: Clocks = ctx.clocks
+            rate = clocks.rates[plan.name]
+            a_in, a_next = clocks.at(rate, start), clocks.at(rate, nxt)
+        hist = plan.history
+        parts = [buf, x] if hist > 0 else [x]
+        if plan.kind == "convt":
+            cat = torch.cat(parts, dim=td) if len(parts) > 1 else x
+            y = self._transposed_span(plan, layer, cat, a_in, length)
         else:
-            y = empty_output(self._pairs_cache, plan, layer, x)
-        if plan.lo > 0:
-            tail = cat.narrow(td, commit - start, plan.lo)
-            ctx.state_out[plan.key_buf] = tail.clone()
+            if plan.hi > 0:
+                shape = list(x.shape)
+                shape[td] = plan.hi
+                fill = max_pad_fill(x, plan.fill) if plan.kind == "max" else 0.0
+                parts.append(x.new_full(shape, fill))
+            cat = torch.cat(parts, dim=td) if len(parts) > 1 else x
+            t0 = torch.full((x.shape[0],), a_in - plan.lo, dtype=torch.int64, device=x.device)
+            if cat.shape[td] >= plan.k_eff:
+                y = run_op(self._pairs_cache, plan, layer, cat, t0, a_in + length)
+            else:
+                y = empty_output(self._pairs_cache, plan, layer, x)
+        if hist > 0:
+            keep = a_next - a_in
+            if keep < 0 or keep + hist > hist + length:
+                raise PaddingError(
+                    f"StreamingModule(lookahead=...): {type(layer).__name__} {plan.name!r} got "
+                    f"{length} time steps from its step {a_in}, but the stream commits its "
+                    f"inputs up to {a_next}: its forward pads or crops time in code the stream "
+                    "does not see"
+                )
+            ctx.state_out[plan.key_buf] = cat.narrow(td, keep, hist).clone()
         else:
             ctx.state_out[plan.key_buf] = buf
         ctx.state_out[plan.key_pos] = pos
         return y
+
+    def _transposed_span(
+        self, plan: _Plan, layer: Any, cat: Tensor, a_in: int, length: int
+    ) -> Tensor:
+        """A transposed conv's outputs from ``a_in * s`` (after its start crop) to the end of
+        its output on ``a_in + length`` inputs, from ``history ++ span``."""
+        td = 2 + plan.ti
+        s, h = plan.stride, plan.history
+        total = a_in + length  # the layer's inputs so far, as if the stream ended now
+        want = (total - 1) * s + plan.k_eff - plan.lo - plan.hi + plan.op if total > 0 else 0
+        first = plan.lo + h * s  # output a_in * s in the uncropped output of cat
+        last = want + plan.lo - (a_in - h) * s
+        if cat.shape[td] == 0 or last <= first:
+            return empty_output(self._pairs_cache, plan, layer, cat)
+        y = run_transposed(self._pairs_cache, plan, layer, cat)
+        if last > y.shape[td]:
+            # output padding past the kernels' reach: the bias alone
+            shape = list(y.shape)
+            shape[td] = last - y.shape[td]
+            extra = y.new_zeros(shape)
+            bias = getattr(layer, "bias", None)
+            if bias is not None:
+                extra = extra + bias.view(1, -1, *[1] * (y.dim() - 2)).to(y.dtype)
+            y = torch.cat([y, extra], dim=td)
+        return y.narrow(td, first, last - first)
 
     # ------------------------------------------------------------------ checks and export
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -31,9 +32,11 @@ class _Context:
     lazy: bool = False
     created: StreamState = field(default_factory=dict)
     static_pos: dict[str, int] | None = None
-    # lookahead mode: (start, commit, end) stream times of this step: every tensor covers
-    # [start, end), the samples before commit become history
+    # lookahead mode: (start, next start, end) input samples of this step: every tensor
+    # covers its clock's samples from start to the end; those before the next start
+    # become history
     lookahead: tuple[int, int, int] | None = None
+    clocks: Any = None  # lookahead mode: the stream's Clocks
     record: dict[str, tuple[int, int]] | None = None
     # a run whose outputs and new state are thrown away (init_state's shape probe, the
     # start-up length search): reflect layers may get fewer samples than their pad
