@@ -291,6 +291,7 @@ class StreamingModule(nn.Module):
         self._lock = threading.RLock()
         self._state: StreamState | None = None
         self._pairs_cache: dict[tuple[str, tuple[int, ...]], tuple[tuple[int, int], ...]] = {}
+        self._empties: dict[tuple[Any, ...], Tensor] = {}
         self._lookahead_mode = lookahead is not None
         self._startup_cache: dict[tuple[Any, ...], int] = {}
         self._startup: int | None = None
@@ -339,6 +340,7 @@ class StreamingModule(nn.Module):
     def __setstate__(self, state: dict[str, Any]) -> None:
         state.setdefault("_rnn_hx", set())  # pickles made before these existed
         state.setdefault("_measure", {})
+        state.setdefault("_empties", {})
         if "_clocks" not in state:  # pickles made before strided lookahead
             delay = state.pop("_delay", 0)
             state["_lookahead"] = delay
@@ -1299,6 +1301,19 @@ class StreamingModule(nn.Module):
                 "a layer applied to two signals needs one state per use (use two layers)"
             )
         ctx.called.add(plan.name)
+        if (
+            isinstance(x, Tensor)
+            and x.dim() == plan.nd + 2
+            and x.shape[2 + plan.ti] == 0
+            and ctx.lookahead is None
+            and ctx.static_pos is None
+            and ctx.record is None
+            and plan.key_buf in ctx.state_in
+            and plan.key_pos in ctx.state_in
+        ):
+            # an empty chunk (an upstream stride is buffering): no window completes and the
+            # state stays as it is (a step keeps the entries it does not write)
+            return self._empty(plan, layer, x)
         if not isinstance(x, Tensor) or x.dim() != plan.nd + 2:
             raise PaddingError(
                 f"StreamingModule: {type(layer).__name__} {plan.name!r} got an input of shape "
@@ -1379,6 +1394,17 @@ class StreamingModule(nn.Module):
             ctx.state_out[key_buf] = buf
         ctx.state_out[key_pos] = self._advance(ctx, pos, length)
         return y
+
+    def _empty(self, plan: _Plan, layer: nn.Module, x: Tensor) -> Tensor:
+        """The (time length 0) output of a layer fed an empty chunk, made once per layer,
+        input shape, dtype and device (an empty tensor holds no values to change)."""
+        key = (plan.name, tuple(x.shape), x.dtype, x.device)
+        got = self._empties.get(key)
+        if got is None:
+            if len(self._empties) >= 1024:
+                self._empties.clear()
+            got = self._empties[key] = empty_output(self._pairs_cache, plan, layer, x)
+        return got
 
     def _reflect_start(
         self,
