@@ -862,13 +862,16 @@ def explicit_avg_traced(x: Tensor, rec: Op, pairs: Pairs, full: Pairs) -> Tensor
     return torch.div(total, div, rounding_mode="trunc").to(x.dtype)
 
 
+_CL_FORMATS = {4: torch.channels_last, 5: torch.channels_last_3d}
+
+
 def channels_last(x: Tensor) -> bool:
     """``x`` is laid out channels-last (and not also plain contiguous).
 
     Inside ``torch.func`` transforms (``vmap`` cannot answer ``is_contiguous`` for a memory
     format) the layout is read from the strides, with torch's own rule.
     """
-    fmt = {4: torch.channels_last, 5: torch.channels_last_3d}.get(x.dim())
+    fmt = _CL_FORMATS.get(x.dim())
     if fmt is None:
         return False
     if not _compiling() and torch._C._functorch.is_functorch_wrapped_tensor(x):

@@ -283,10 +283,13 @@ class Hook:
         torch_run: PoolRun | None = None,
         *,
         value: float = -math.inf,
+        note: list[bool] | None = None,
     ) -> Tensor | None:
         """``kind``: ``max``, ``avg_include`` or ``avg_exclude``; floor-mode ``outs``.
         ``value``: a max pool's ``padding_value``; oneDNN pads a max pool with -inf only,
-        so any other value is declined (torch's plan pads with it)."""
+        so any other value is declined (torch's plan pads with it). ``note`` gets an entry
+        where the call is declined by a decision made for its signature (not by the
+        input's values, nor by a first sighting)."""
         if value != -math.inf and any(lo or hi for lo, hi in pads):
             return None
         if _traced() or type(x) not in _TYPES or x.layout != torch.strided or x.is_nested:
@@ -343,6 +346,8 @@ class Hook:
                     use = self._measured(key, (x,), torch_run, native, training)
                 self._decided[memo] = use
             if not use:
+                if note is not None:
+                    note.append(True)
                 return None
         if kind == "max" and not all_finite(x):
             # oneDNN's max pooling drops NaN and starts a window at the lowest finite value
@@ -394,9 +399,29 @@ class Hook:
         pads, outs, strategy = plan.pads, plan.out_size, plan.strategy
         fallback: FastFn = layer._forward if torch_fn is None else torch_fn
 
+        # the layouts, training flags and thread counts for which the backend decided on
+        # torch's side: those calls go to the torch plan without asking again (the torch
+        # plan is exact for every input; a tiny pool's call costs a few microseconds)
+        declined: set[tuple[Any, ...]] = set()
+
         def run(x: Tensor) -> Any:
-            out = self.pool(kind, strategy, x, k, s, d, pads, outs, fallback)
-            return fallback(x) if out is None else out
+            key = (
+                x.stride(),
+                x.requires_grad and torch.is_grad_enabled(),
+                torch.get_num_threads(),
+                self.tuner.version,
+                self.tuner.measure,
+                self.force,
+            )
+            if key in declined:
+                return fallback(x)
+            note: list[bool] = []
+            out = self.pool(kind, strategy, x, k, s, d, pads, outs, fallback, note=note)
+            if out is None:
+                if note and len(declined) < 64:
+                    declined.add(key)
+                return fallback(x)
+            return out
 
         return run
 

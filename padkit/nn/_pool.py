@@ -171,6 +171,8 @@ def _pool_forward(layer: Any, input: Tensor, op: str, full: Callable[[Tensor], A
                     return PF.explicit_avg_traced(input, rec, plan_or_pads, padded)
                 return PF.explicit_max_pool(input, rec, padded, plan_or_pads)
         return full(input)
+    active = _backend.active
+    cl = PF.channels_last(input) if active is not None or op == "avg_pool" else False
     key = (
         input.shape,
         input.dtype,
@@ -184,8 +186,8 @@ def _pool_forward(layer: Any, input: Tensor, op: str, full: Callable[[Tensor], A
         getattr(layer, "count_include_pad", True),
         getattr(layer, "divisor_override", None),
         getattr(layer, "padding_value", None),
-        op == "avg_pool" and PF.channels_last(input),
-        None if _backend.active is None else PF.channels_last(input),
+        op == "avg_pool" and cl,
+        None if active is None else cl,
     )
     cache = _fast_cache(layer)
     fn = cache.get(key, False)
