@@ -108,7 +108,7 @@ def test_training_keeps_the_plan_and_its_gradients(taps_always: None) -> None:
         torch.testing.assert_close(a, b)
 
 
-def test_timing_runs_on_the_second_call_of_a_class_and_tuning_off_skips_it(
+def test_timing_runs_once_a_class_has_run_often_and_tuning_off_skips_it(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     import padkit.native as native
@@ -117,7 +117,7 @@ def test_timing_runs_on_the_second_call_of_a_class_and_tuning_off_skips_it(
     monkeypatch.setattr(native._dispatch, "active", None)
     monkeypatch.setattr(native._dispatch.HOOK.tuner, "measure", True)
     monkeypatch.setattr(_taps, "_TAPS", type(_taps._TAPS)())
-    monkeypatch.setattr(_taps, "_SEEN", set())
+    monkeypatch.setattr(_taps, "_SEEN", {})
     monkeypatch.setattr(_taps, "_RAW", {})
     timed: list[Any] = []
     real = _taps._TAPS.decide
@@ -129,7 +129,8 @@ def test_timing_runs_on_the_second_call_of_a_class_and_tuning_off_skips_it(
     monkeypatch.setattr(_taps._TAPS, "decide", spy)
     m = pnn.Conv1d(8, 8, 3, dilation=4, padding="causal").eval()
     with torch.no_grad():
-        m(torch.randn(1, 8, 100))  # first sighting: the plan, untimed
+        for i in range(_taps.TIME_AFTER):  # the plan, untimed, lengths of one class
+            m(torch.randn(1, 8, 100 + i % 20))
         assert not timed
         m(torch.randn(1, 8, 101))  # same class (bucketed length): timed once
         assert len(timed) == 1
@@ -138,9 +139,9 @@ def test_timing_runs_on_the_second_call_of_a_class_and_tuning_off_skips_it(
         before = native._dispatch.HOOK.tuner.measure
         native.set_tuning(False)
         try:
-            monkeypatch.setattr(_taps, "_SEEN", set())
-            m(torch.randn(1, 8, 3000))
-            m(torch.randn(1, 8, 3001))
+            monkeypatch.setattr(_taps, "_SEEN", {})
+            for i in range(_taps.TIME_AFTER + 2):
+                m(torch.randn(1, 8, 3000 + i))
         finally:
             native.set_tuning(before)
         assert len(timed) == 1

@@ -32,13 +32,16 @@ from ..native import _dispatch as _backend, _tune
 from ._common import Pairs
 
 #: which of the torch plan and the per-tap products is faster, per signature class: the
-#: native backend's key (bucketed batch and length), timed on the second call of a class
-#: (the first runs the torch plan: a length seen once never pays for a timing), in memory
-#: only. The native backend's tuning switch turns the timing off (``PADKIT_NATIVE_TUNE=0``,
-#: ``padkit.native.set_tuning(False)``) and so do deterministic algorithms: then the
-#: torch plan runs.
+#: native backend's key (bucketed batch and length), timed once the class has run
+#: :data:`TIME_AFTER` times on the plan, in memory only. The native backend's tuning switch
+#: turns the timing off (``PADKIT_NATIVE_TUNE=0``, ``padkit.native.set_tuning(False)``) and
+#: so do deterministic algorithms: then the torch plan runs.
 _TAPS = _tune.Tuner()
-_SEEN: set[Any] = set()
+#: calls of a signature class that run the plan untimed before the timing: a timing costs
+#: about as much as a dozen calls and gains a fraction of a call's time per call after it,
+#: so lengths seen a few times (variable-length audio, a stream's last chunk) never pay it
+TIME_AFTER = 16
+_SEEN: dict[Any, int] = {}
 #: per raw call signature: whether the taps run (what a repeated call looks up)
 _RAW: dict[tuple[Any, ...], bool] = {}
 _DTYPES = (torch.float32, torch.float64)
@@ -125,11 +128,14 @@ def taps_if_faster(
         key = ("conv_taps", *_backend._conv_key("conv", x, weight, (1,), (d,), pads, 1, False)[1:])
         got = _TAPS.known(key)
         if got is None:
-            if key not in _SEEN:
+            if _tune.timing():
+                return None  # inside another choice's timing: the plan, nothing recorded
+            seen = _SEEN.get(key, 0)
+            if seen < TIME_AFTER:
                 if len(_SEEN) >= 4096:
                     _SEEN.clear()
-                _SEEN.add(key)
-                return None  # first sighting: the torch plan, untimed
+                _SEEN[key] = seen + 1
+                return None  # the torch plan, untimed, until the class has run often
             with torch.no_grad():
                 got = _TAPS.decide(
                     key,

@@ -174,7 +174,7 @@ class Tuner:
             got = self.choices.get(key)
             if got is not None:
                 return got
-            with quiet():
+            with quiet(), _timing():
                 t_torch, t_native, steady = _time_pair(run_torch, run_native)
             self.timings[key] = (t_torch, t_native)
             choice = self.choices[key] = t_native < t_torch * MARGIN
@@ -223,6 +223,25 @@ class Tuner:
                 }
             )
         return rows
+
+
+_TIMING = threading.local()
+
+
+@contextlib.contextmanager
+def _timing() -> Any:
+    _TIMING.depth = getattr(_TIMING, "depth", 0) + 1
+    try:
+        yield
+    finally:
+        _TIMING.depth -= 1
+
+
+def timing() -> bool:
+    """Whether this thread is inside a tuner's timing: a choice made there (one timed
+    choice inside another's side) would distort both and multiply their cost, so nested
+    choices take their untimed default meanwhile."""
+    return getattr(_TIMING, "depth", 0) > 0
 
 
 def _time_pair(
