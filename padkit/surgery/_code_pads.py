@@ -15,6 +15,7 @@ from .. import functional as PF
 from ..op import Op
 from ._common import (
     Change,
+    FoldedPad,
     Skip,
     SurgeryError,
     SurgeryReport,
@@ -278,6 +279,7 @@ class _CodePads:
                 ("padding",),
                 False,
                 f"takes the {text} {why} pad of {owner_path or '<root>'!r}",
+                takes=FoldedPad(owner_path, text, why),
             )
         )
         for k, k_only, k_ordinal, k_text in outer_plans:

@@ -36,11 +36,17 @@ _PAD_MODULES: dict[type, tuple[int, str]] = {
 }
 
 
+def _static_pads(pad: nn.Module) -> tuple[tuple[int, int], ...]:
+    """A pad module's ``(lo, hi)`` pads per axis, first spatial axis first."""
+    p: Any = pad
+    pads = Padding.from_torch_pad(p.padding, allow_negative=True)
+    return tuple(a for a in pads.axes if isinstance(a, tuple))
+
+
 def _fold(pad: nn.Module, target: nn.Module) -> tuple[_Layer | None, str]:
     """The padkit layer equal to ``target(pad(x))``, or None and the reason it is not exact."""
     nd, mode = _PAD_MODULES[type(pad)]
-    p: Any = pad
-    value = float(getattr(p, "value", 0.0))
+    value = float(getattr(pad, "value", 0.0))
     if isinstance(target, (nn.ConvTranspose1d, nn.ConvTranspose2d, nn.ConvTranspose3d)):
         return None, "padding a transposed conv's input is not a crop of its output"
     layer = _layer(target)
@@ -48,10 +54,9 @@ def _fold(pad: nn.Module, target: nn.Module) -> tuple[_Layer | None, str]:
         return None, f"{type(target).__name__} is not a torch or padkit conv/pool"
     if layer.nd != nd:
         return None, f"a {nd}-d pad before a {layer.nd}-d {type(target).__name__}"
-    pads = Padding.from_torch_pad(p.padding, allow_negative=True)
-    added = tuple(a for a in pads.axes if isinstance(a, tuple))
+    added = _static_pads(pad)
     if any(min(a) < 0 for a in added):
-        return None, f"the pad {tuple(p.padding)} crops (negative pads)"
+        return None, f"the pad {added} crops (negative pads)"
     return _fold_into(layer, type(target).__name__, added, mode, value)
 
 

@@ -13,6 +13,7 @@ from torch import Tensor, nn
 
 from .. import functional as PF
 from ..op import TORCH_KINDS as _TORCH_KINDS_ALL, Op
+from ..recognise import layer_kind
 from ..spec import (
     Padding,
     PaddingError,
@@ -29,6 +30,7 @@ from ._common import (
     _SAME_RULES,
     PORT_TARGETS,
     Change,
+    FoldedPad,
     Skip,
     SurgeryError,
     SurgeryReport,
@@ -45,7 +47,7 @@ from ._common import (
     _timm_same_convs,
     _timm_same_pools,
 )
-from ._fold import _PAD_MODULES, _fold
+from ._fold import _PAD_MODULES, _fold, _static_pads
 from ._probe import (
     NOT_HANDLED,
     call_op,
@@ -431,6 +433,7 @@ def convert(
                     ("padding",),
                     False,
                     f"takes the {why} pad of {pad_path}",
+                    takes=FoldedPad(pad_path, f"static {_static_pads(pad)}", why),
                 )
             )
     # 3. pads written in code (pad modules outside an nn.Sequential, F.pad in a forward)
@@ -478,9 +481,10 @@ def _foreign_layers(out: nn.Module, report: SurgeryReport) -> None:
         if path in listed or _layer(module) is not None:
             continue
         cls: Any = type(module)
-        if not isinstance(module, _SUBCLASSED) or cls in _PLAIN_OR_PADKIT:
+        kind = layer_kind(module)
+        if kind is None or kind[0] == "lp" or layer_kind(module, plain=True) is not None:
             continue
-        if cls.forward in _TORCH_FORWARDS or _owned_call(module) is not None:
+        if _owned_call(module) is not None:
             continue
         report.skipped.append(
             Skip(
@@ -490,17 +494,6 @@ def _foreign_layers(out: nn.Module, report: SurgeryReport) -> None:
                 "dilation/groups (e.g. a pad in code); convert leaves it as it is",
             )
         )
-
-
-_SUBCLASSED: tuple[type[nn.Module], ...] = (
-    nn.modules.conv._ConvNd,
-    nn.modules.pooling._MaxPoolNd,
-    nn.modules.pooling._AvgPoolNd,
-)
-_PLAIN_OR_PADKIT: frozenset[type] = frozenset(_CONV) | frozenset(
-    t for t in _TORCH_KINDS_ALL if not t.__name__.startswith("ConvTranspose")
-)
-_TORCH_FORWARDS = frozenset(getattr(t, "forward", None) for t in _TORCH_KINDS_ALL)
 
 
 def _torch_base(module: nn.Module) -> type:
