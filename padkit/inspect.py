@@ -605,8 +605,8 @@ def _code_pads(
     folded: dict[str, tuple[Any, str]] = {}
     wanted = set(paths)
     for change in report.changes:
-        if change.path in wanted and change.detail.startswith("takes the "):
-            folded[change.path] = (new.get_submodule(change.path), change.detail[10:])
+        if change.path in wanted and change.takes is not None:
+            folded[change.path] = (new.get_submodule(change.path), str(change.takes))
     traced: dict[str, tuple[tuple[int, ...], tuple[int, ...] | None]] = {}
     if folded and input_shape is not None:
         traced = _trace_sizes(new, list(folded), input_shape)

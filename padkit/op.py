@@ -675,14 +675,18 @@ def _timm_same(module: Any) -> bool:
     return mod is not None and getattr(mod, name, None) is type(module)
 
 
-def _kind_of(module: Any, *, subclasses: bool = False) -> tuple[str, int] | None:
-    """(kind, nd) of a torch/padkit conv or pool whose forward is torch's or padkit's own
-    (any subclass with ``subclasses=True``)."""
+def _kind_of(
+    module: Any, *, subclasses: bool = False, plain: bool = False
+) -> tuple[str, int] | None:
+    """(kind, nd) of a torch/padkit conv or pool whose forward is torch's or padkit's own,
+    or timm's same-padding layers (any subclass with ``subclasses=True``; with ``plain``,
+    timm's layers too only if asked by ``subclasses``). The one walk of a class's bases that
+    :func:`padkit.recognise.layer_kind` asks (``op`` sits below ``recognise``)."""
     for base in type(module).__mro__:
         found = TORCH_KINDS.get(base)
         if found is None:
             continue
-        if subclasses or _timm_same(module) or _own_forward(type(module), base):
+        if subclasses or (_timm_same(module) and not plain) or _own_forward(type(module), base):
             return found
         return None
     return None

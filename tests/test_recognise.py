@@ -420,3 +420,74 @@ def test_encodec_seanet(pad_mode: str) -> None:
         channels=1, dimension=4, n_filters=2, ratios=[2, 2], causal=True, pad_mode=pad_mode
     )
     check(dec, torch.zeros(1, 4, 8), (8, 10))
+
+
+# ----------------------------------------------------------------------- surgery reads the record
+
+
+class RightBottomPad(nn.ZeroPad2d):
+    """A pad module subclass whose own forward calls F.pad (no list of pad classes names it)."""
+
+    def __init__(self) -> None:
+        super().__init__(0)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.pad(x, (0, 1, 0, 1))
+
+
+class SubclassPadNet(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.stem = nn.Conv2d(2, 4, 3, stride=2, padding=1)
+        self.pad = RightBottomPad()
+        self.conv = nn.Conv2d(4, 4, 3, stride=2)
+        self.head = nn.Conv2d(4, 4, 3, padding=1)
+
+    def forward(self, x: Tensor) -> Tensor:
+        h = torch.relu(self.stem(x))
+        return self.head(torch.relu(self.conv(self.pad(h))))  # type: ignore[no-any-return]
+
+
+class CatZeros(nn.Module):
+    """A zero column concatenated in code (no pad call) on the right of a 2-d map."""
+
+    def forward(self, h: Tensor) -> Tensor:
+        return torch.cat([h, h.new_zeros(*h.shape[:-1], 1)], -1)
+
+
+class CatZerosNet(SubclassPadNet):
+    def __init__(self) -> None:
+        super().__init__()
+        self.pad = CatZeros()  # type: ignore[assignment]
+
+
+@pytest.mark.parametrize(
+    ("make", "pads"),
+    [(SubclassPadNet, ((0, 1), (0, 1))), (CatZerosNet, ((0, 0), (0, 1)))],
+    ids=["subclass", "cat"],
+)
+def test_convert_inspect_and_dilate_read_pads_in_new_forms(
+    make: Callable[[], nn.Module], pads: tuple[tuple[int, int], ...]
+) -> None:
+    from padkit.inspect import inspect_model
+    from padkit.surgery import convert, dilate, dilation_error
+
+    torch.manual_seed(0)
+    model = make().eval()
+    new, report = convert(model)
+    (taken,) = [c for c in report.changes if c.takes is not None]
+    assert taken.path == "conv"
+    assert taken.takes is not None and str(pads) in taken.takes.rule
+    assert taken.takes.source == "pad"
+    assert new.conv.resolved_padding() == pads
+    for n in (16, 17, 30):
+        x = torch.randn(1, 2, n, n + 3)
+        torch.testing.assert_close(new(x), model(x), rtol=0, atol=1e-6)
+
+    (layer,) = [r for r in inspect_model(model, (1, 2, 32, 32)) if r.name == "conv"]
+    assert layer.pads == pads
+    assert any("padded in the model's code" in w for w in layer.warnings)
+
+    dilated, _ = dilate(model, 2)
+    for shape in ((1, 2, 33, 40), (1, 2, 32, 32)):
+        assert dilation_error(model, dilated, torch.randn(shape)) < 1e-5

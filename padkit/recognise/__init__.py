@@ -10,12 +10,24 @@
 * :func:`probe` records a model at lengths it accepts, on copies (:class:`ProbeError` names
   the module that refused every length).
 * :mod:`._calls`: one call or layer in padkit's terms (``call_op``, ``call_pad``,
-  ``module_op``, ``owns``, ``padding_pairs``).
+  ``module_op``, ``owns``), :func:`layer_kind` (the one answer to "is this a conv or pool,
+  and does its forward run just that") and :func:`padding_pairs` / :func:`torch_pairs`
+  (the one reading of a layer's ``padding`` into pairs).
 
 Imports ``op`` and ``spec`` only; ``surgery`` and ``streaming`` import it.
 """
 
-from ._calls import PadCall, base_name, call_op, call_pad, module_op, owns, padding_pairs
+from ._calls import (
+    PadCall,
+    base_name,
+    call_op,
+    call_pad,
+    layer_kind,
+    module_op,
+    owns,
+    padding_pairs,
+    torch_pairs,
+)
 from ._probe import ProbeError, model_copy, probe, probe_lengths
 from ._record import AxisMove, Call, Crop, ModuleCall, Pad, Record, failing_module, record
 
@@ -32,6 +44,7 @@ __all__ = [
     "call_op",
     "call_pad",
     "failing_module",
+    "layer_kind",
     "model_copy",
     "module_op",
     "owns",
@@ -39,4 +52,5 @@ __all__ = [
     "probe",
     "probe_lengths",
     "record",
+    "torch_pairs",
 ]

@@ -4,9 +4,11 @@ A functional conv/pool call (``F.conv2d``, ``F.max_pool2d``, ``F.avg_pool2d`` an
 ``torch.*`` names they dispatch to) becomes an :class:`~padkit.op.Op`, a pad call
 (``F.pad``/``torch.constant_pad_nd``) a :class:`PadCall`; a conv or pool module is read by
 :func:`module_op` (any subclass, by its attributes); :func:`owns` says whether a call made by
-a module's own code computes what the module's attributes say; :func:`padding_pairs` turns a
-torch or padkit layer's ``padding`` into ``(lo, hi)`` pairs. Nothing here matches model
-classes.
+a module's own code computes what the module's attributes say; :func:`layer_kind` is the one
+answer to "is this module a conv, transposed conv or pool, and does its forward run just
+that"; :func:`padding_pairs` (over :func:`torch_pairs`) turns a torch or padkit layer's
+``padding`` into ``(lo, hi)`` pairs. Nothing here matches model classes: torch's layer
+classes are read as bases, what a subclass computes is read from its calls (:func:`owns`).
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from typing import Any
 
 from torch import Tensor, nn
 
-from ..op import Op
+from ..op import Op, _kind_of
 from ..spec import Padding, PaddingError, _tuple_of
 
 __all__ = [
@@ -26,9 +28,11 @@ __all__ = [
     "base_name",
     "call_op",
     "call_pad",
+    "layer_kind",
     "module_op",
     "owns",
     "padding_pairs",
+    "torch_pairs",
 ]
 
 Pairs = tuple[tuple[int, int], ...]
@@ -148,6 +152,20 @@ def call_pad(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> PadCal
     return PadCall(pairs, mode, float(value) if value is not None else 0.0)
 
 
+def layer_kind(module: Any, *, plain: bool = False) -> tuple[str, int] | None:
+    """``(kind, nd)`` of a conv, transposed conv or pool module (``kind`` one of ``'conv'``,
+    ``'conv_transpose'``, ``'max'``, ``'avg'``, ``'lp'``): an instance of one of torch's
+    layers, padkit's and any subclass included, else None.
+
+    With ``plain``, only a layer whose forward is torch's or padkit's own, so that calling
+    it computes exactly what its attributes say; a subclass with a forward of its own
+    (a pad in code, a weight transform, timm's same-padding layers) answers None, and what
+    it computes is read from its calls (:func:`owns`). Every feature asks this one
+    question: surgery's layer facts, convert's foreign-layer listing, streaming's planner
+    and converter."""
+    return _kind_of(module, subclasses=not plain, plain=plain)
+
+
 def module_op(module: nn.Module) -> Op | None:
     """What a conv or pool module's attributes say (any subclass of torch's layers), or None."""
     try:
@@ -186,10 +204,25 @@ def owns(module: nn.Module, op: Op, *, as_called: bool = False) -> bool:
     )
 
 
+def torch_pairs(
+    padding: Any, kernel: tuple[int, ...], dilation: tuple[int, ...]
+) -> tuple[tuple[int, int], ...]:
+    """The ``(lo, hi)`` pads per spatial axis of a torch layer's ``padding`` attribute (a
+    transposed conv's: its crops): ints or a tuple as symmetric pairs, ``'valid'`` as 0,
+    ``'same'`` split with the odd pixel at the end (torch's split)."""
+    nd = len(kernel)
+    if isinstance(padding, str):
+        if padding == "valid":
+            return ((0, 0),) * nd
+        totals = [dd * (kk - 1) for kk, dd in zip(kernel, dilation)]
+        return tuple((t // 2, t - t // 2) for t in totals)
+    return tuple((p, p) for p in _tuple_of(padding, nd, "padding", minimum=0))
+
+
 def padding_pairs(layer: Any, nd: int | None = None) -> list[tuple[int, int]]:
     """The ``(lo, hi)`` pads per spatial axis (first axis first) of a torch or padkit conv,
     transposed conv or pool, read from its ``padding`` (a padkit layer's ``pad_spec``
-    resolved; torch's ``'same'`` split with the odd pixel at the end, ``'valid'`` as 0).
+    resolved; a torch layer's by :func:`torch_pairs`).
 
     Raises:
         PaddingError: pads that depend on the input size (a padkit ``'same'`` spec), naming
@@ -198,22 +231,14 @@ def padding_pairs(layer: Any, nd: int | None = None) -> list[tuple[int, int]]:
     if nd is None:
         ks = layer.kernel_size
         nd = len(ks) if isinstance(ks, (tuple, list)) else 1
+    k = _tuple_of(layer.kernel_size, nd, "kernel_size")
+    d = _tuple_of(getattr(layer, "dilation", 1), nd, "dilation")
     spec = getattr(layer, "pad_spec", None)
     if spec is not None and hasattr(spec, "is_explicit"):
         if not spec.is_explicit:
             raise PaddingError(
                 f"{type(layer).__name__} pads {spec}: pads that depend on the input size"
             )
-        k = _tuple_of(layer.kernel_size, nd, "kernel_size")
         s = _tuple_of(layer.stride, nd, "stride")
-        d = _tuple_of(getattr(layer, "dilation", 1), nd, "dilation")
         return list(spec.resolve(k, s, d))
-    p = getattr(layer, "padding", 0)
-    if isinstance(p, str):
-        if p == "valid":
-            return [(0, 0)] * nd
-        k = _tuple_of(layer.kernel_size, nd, "kernel_size")
-        d = _tuple_of(getattr(layer, "dilation", 1), nd, "dilation")
-        tot = [dd * (kk - 1) for kk, dd in zip(k, d)]
-        return [(t // 2, t - t // 2) for t in tot]
-    return [(v, v) for v in _tuple_of(p, nd, "padding", minimum=0)]
+    return list(torch_pairs(getattr(layer, "padding", 0), k, d))

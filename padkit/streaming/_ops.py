@@ -13,6 +13,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .. import functional as PF
+from ..recognise import torch_pairs
 from ..spec import (
     Padding,
     _tuple_of,
@@ -20,7 +21,7 @@ from ..spec import (
     conv_transpose_output_size,
     pool_output_size,
 )
-from ._plan import _Plan, _spatial, _torch_pairs
+from ._plan import _Plan, _spatial
 
 _TORCH_CONV: dict[int, Any] = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}
 _TORCH_CONVT: dict[int, Any] = {
@@ -51,18 +52,14 @@ def layer_pairs(
     cached = cache.get(key)
     if cached is not None:
         return cached
-    if plan.kind == "convt":
-        if plan.padkit:
-            pairs = list(layer.resolved_crops(tuple(sizes)))  # type: ignore[operator]
-        else:
-            pad = _tuple_of(getattr(layer, "padding", 0), plan.nd, "padding", minimum=0)
-            pairs = [(p, p) for p in pad]
+    if plan.kind == "convt" and plan.padkit:
+        pairs = list(layer.resolved_crops(tuple(sizes)))  # type: ignore[operator]
     elif plan.padkit:
         probe = list(sizes)
         probe[plan.ti] = max(plan.k_eff, 1)
         pairs = list(layer.resolved_padding(tuple(probe)))  # type: ignore[operator]
     else:
-        pairs = list(_torch_pairs(getattr(layer, "padding", 0), plan.k, plan.d))
+        pairs = list(torch_pairs(getattr(layer, "padding", 0), plan.k, plan.d))
     pairs[plan.ti] = (0, 0)
     result = tuple(pairs)
     if len(cache) < 4096:

@@ -12,8 +12,8 @@ from torch import Tensor, nn
 
 from .. import nn as pnn
 from ..op import Op
+from ..recognise import layer_kind, torch_pairs
 from ..spec import Padding, PaddingError, _tuple_of
-from .convert import _KeywordTolerant
 
 _CONVS = (nn.Conv1d, nn.Conv2d, nn.Conv3d)
 _CONVTS = (nn.ConvTranspose1d, nn.ConvTranspose2d, nn.ConvTranspose3d)
@@ -37,9 +37,6 @@ _PADKIT_LAYERS = (
     pnn.ConvTranspose1d,
     pnn.ConvTranspose2d,
     pnn.ConvTranspose3d,
-)
-_KNOWN_FORWARDS = frozenset(
-    [*(c.forward for c in _CONVS + _CONVTS + _POOLS + _PADKIT_LAYERS), _KeywordTolerant.forward]
 )
 
 _ND: dict[type[nn.Module], int] = {
@@ -199,19 +196,6 @@ def _time_index(axis: int, nd: int, name: str) -> int:
     return ti
 
 
-def _torch_pairs(
-    padding: Any, k: tuple[int, ...], d: tuple[int, ...]
-) -> tuple[tuple[int, int], ...]:
-    """The (lo, hi) pads of a plain torch conv/pool ``padding`` attribute."""
-    nd = len(k)
-    if isinstance(padding, str):
-        if padding == "valid":
-            return ((0, 0),) * nd
-        totals = [dd * (kk - 1) for kk, dd in zip(k, d)]
-        return tuple((t // 2, t - t // 2) for t in totals)
-    return tuple((p, p) for p in _tuple_of(padding, nd, "padding", minimum=0))
-
-
 def _plan_layer(name: str, layer: nn.Module, axis: int, lookahead: bool = False) -> _Plan:
     nd = next(v for t, v in _ND.items() if isinstance(layer, t))
     ti = _time_index(axis, nd, name)
@@ -223,7 +207,7 @@ def _plan_layer(name: str, layer: nn.Module, axis: int, lookahead: bool = False)
             "layer runs on buffered windows). Remove them (weight norm and spectral norm, "
             "old-style or as parametrizations, stream)"
         )
-    if type(layer).forward not in _KNOWN_FORWARDS:
+    if layer_kind(layer, plain=True) is None:
         raise PaddingError(
             f"StreamingModule: {what} overrides forward(); streaming runs the layer's "
             "conv/pool itself and would skip that code"
@@ -359,8 +343,7 @@ def _plan_transposed(
             )
         ((lo, hi),) = found
     else:
-        pad = _tuple_of(layer.padding, nd, "padding", minimum=0)
-        lo, hi = pad[ti], pad[ti]
+        lo, hi = torch_pairs(layer.padding, k, d)[ti]
     k_eff = d[ti] * (k[ti] - 1) + 1
     if lookahead:
         if lo < 0 or hi < 0:  # pragma: no cover - crops are never negative on these layers

@@ -46,7 +46,15 @@ from torch import Tensor, nn
 from torch.nn.utils import parametrize
 
 from .. import nn as pnn
-from ..recognise import ModuleCall, ProbeError, Record, model_copy, padding_pairs, probe
+from ..recognise import (
+    ModuleCall,
+    ProbeError,
+    Record,
+    layer_kind,
+    model_copy,
+    padding_pairs,
+    probe,
+)
 from ..spec import PaddingError
 from ..surgery._common import Change, Skip, SurgeryError, SurgeryReport
 from ..surgery._probe import Dispatch, rewired
@@ -145,14 +153,6 @@ def _native_pairs(conv: Any, nd: int) -> Pairs:
         return padding_pairs(conv, nd)
     except PaddingError as err:
         raise SurgeryError("pads that depend on the input size") from err
-
-
-def _is_plain_forward(conv: nn.Module) -> bool:
-    f = type(conv).forward
-    return f in (*_BASE_FORWARD.values(), pnn.Conv1d.forward, pnn.Conv2d.forward) or f in (
-        pnn.Conv3d.forward,
-        _KeywordTolerant.forward,
-    )
 
 
 # ----------------------------------------------------------------------------- weights
@@ -477,7 +477,11 @@ def convert_causal(
 
     # (a) conv subclasses that pad themselves
     for m in list(net.modules()):
-        if not isinstance(m, _TORCH_CONVS) or _is_plain_forward(m) or id(m) in done:
+        if (
+            not isinstance(m, _TORCH_CONVS)
+            or layer_kind(m, plain=True) is not None
+            or id(m) in done
+        ):
             continue
         nd = _nd(m)
         ti = time_index(nd)
@@ -599,7 +603,7 @@ def _move_code_pads(
         m = mods.get(path)
         if m is None or id(m) in done:
             return None
-        if isinstance(m, _TORCH_CONVS) and _is_plain_forward(m):
+        if isinstance(m, _TORCH_CONVS) and layer_kind(m, plain=True) is not None:
             return m
         if isinstance(m, _TORCH_CONVTS) and not hasattr(m, "pad_spec"):
             base = type(m).forward

@@ -29,7 +29,7 @@ torchvision classes are recognised only when those packages are already imported
 holding their layers has imported them).
 """
 
-from ._common import PORT_TARGETS, Change, Skip, SurgeryError, SurgeryReport
+from ._common import PORT_TARGETS, Change, FoldedPad, Skip, SurgeryError, SurgeryReport
 from ._lattice import LatticeGate
 from .convert import convert
 from .dilate import dilate, dilation_error
@@ -39,6 +39,7 @@ from .lower import InputSizeGuard, lower
 __all__ = [
     "PORT_TARGETS",
     "Change",
+    "FoldedPad",
     "InputSizeGuard",
     "LatticeGate",
     "Skip",

@@ -1,6 +1,8 @@
-"""convert's pass over pads in code: a pad module outside an ``nn.Sequential`` or an ``F.pad``
-whose amounts come from the input size, int attributes or 0-d buffers, folded into the conv or
-pool that reads its output, by rewiring the module that makes the calls."""
+"""convert's pass over pads in code: every pad the model's record
+(:func:`padkit.recognise.record`) finds before a conv or pool, however written (``F.pad`` in
+any mode, a pad module of any class, ``torch.cat`` with constants) and wherever its amounts
+come from (static, the input size, int attributes, 0-d buffers), folded into the conv or pool
+that reads its output, by rewiring (or replacing) the module that makes the pad."""
 
 from __future__ import annotations
 
@@ -13,8 +15,10 @@ from torch import Tensor, nn
 
 from .. import functional as PF
 from ..op import Op
+from ..recognise import Call, Pad, Record, layer_kind, record
 from ._common import (
     Change,
+    FoldedPad,
     Skip,
     SurgeryError,
     SurgeryReport,
@@ -28,17 +32,13 @@ from ._common import (
 from ._fold import Rule, _fold_into
 from ._probe import (
     Dispatch,
-    PadCall,
     Pairs,
-    base_name,
-    call_pad,
-    own_run,
     pad_rule,
     passthrough,
     rewired_fast,
     sample_sizes,
 )
-from ._trace import Event, _tensors, probe_like, record
+from ._trace import PROBE, Shape, probe_like
 
 _Edit = Callable[[Any, tuple[Any, ...], dict[str, Any]], Any]
 
@@ -103,13 +103,133 @@ def _rule_text(rules: Sequence[Rule]) -> str:
     )
 
 
+class _CatPiece:
+    """An edit of a ``torch.cat`` that pads: the concatenation returns its main piece (the
+    tensor the constant pieces pad). Module-level, so a rewired module pickles."""
+
+    def __init__(self, piece: int) -> None:
+        self.piece = piece
+
+    def __call__(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        pieces = args[0] if args else kwargs["tensors"]
+        return pieces[self.piece]
+
+
+def sample_pads(
+    owner: nn.Module,
+    pad_in: Shape,
+    owner_ins: Sequence[Shape],
+    ordinal: int,
+    total: int,
+    mode: str,
+    value: float,
+    op: Op,
+) -> str | tuple[list[tuple[int, Pairs]], bool]:
+    """Run ``owner`` (the module whose own code makes a pad: its ``ordinal``-th of ``total``,
+    in any form :func:`padkit.recognise.record` reads) alone at many input sizes: the pads
+    it makes per size, and whether padding is all it computes; or why it cannot be run so.
+    ``pad_in`` is the shape the pad read, ``owner_ins`` the shapes ``owner`` was called
+    with."""
+    if len(owner_ins) != 1 or tuple(owner_ins[0]) != tuple(pad_in):
+        return (
+            "its input is not the input of the module running it, which padkit runs "
+            "alone to learn the rule behind the amounts; left in place"
+        )
+    nd = op.nd
+    sizes = sorted(
+        {pad_in[-nd + a] for a in range(nd)}
+        | {n for a in range(nd) for n in sample_sizes(op, a, pad_in[-nd + a])}
+    )
+    lead = (1, *pad_in[1:-nd])
+    param = next(iter(owner.parameters()), None)
+    dtype = param.dtype if param is not None else torch.float32
+    device = param.device if param is not None else None
+    samples: list[tuple[int, Pairs]] = []
+    pad_only = True
+    modes = {m: m.training for m in owner.modules()}
+    try:
+        owner.eval()
+        for n in sizes:
+            x = torch.randn(*lead, *([n] * nd), dtype=dtype, device=device)
+            try:
+                rec = record(owner, x)
+            except Exception:
+                continue
+            own = [c for c in rec.calls if c.owner == 0]
+            pads = [c for c in own if c.pad is not None]
+            if len(pads) == total:
+                found = pads[ordinal].pad
+                assert found is not None
+                src = rec.tensor(found.source)
+                if tuple(src.shape[-nd:]) != (n,) * nd:
+                    return "its input is not the input of its module at other sizes"
+                if (found.mode, found.value) != (mode, value):
+                    return "its mode or value changes with the input size"
+                got = _spatial(found.pairs, nd)
+                if got is None:
+                    return "it pads non-spatial axes at other sizes"
+                pairs: Pairs = tuple(got)
+                result = pads[ordinal].makes[0] if pads[ordinal].makes else None
+            elif total == 1 and not pads:
+                pairs, result = tuple((0, 0) for _ in range(nd)), rec.canonical(id(x))
+            else:
+                return "its module pads a varying number of times with the input size"
+            others = [c for c in own if c.pad is None and c.makes and not _feeds_pads(rec, c)]
+            out = rec.output
+            pad_only = (
+                pad_only
+                and not others
+                and isinstance(out, Tensor)
+                and rec.canonical(id(out)) == result
+            )
+            samples.append((n, pairs))
+    finally:
+        for m, training in modes.items():
+            m.training = training
+    for axis in range(nd):
+        s = op.stride[axis]
+        if len({n % s for n, _ in samples}) < s or len(samples) < 3:
+            return "its module does not run at enough input sizes to tell the rule of its pads"
+    return samples, pad_only
+
+
+def _feeds_pads(rec: Record, call: Call) -> bool:
+    """Whether every tensor ``call`` made is read, and only by pads (the constant piece of a
+    ``torch.cat`` that pads)."""
+    for t in call.makes:
+        readers = rec.readers(t)
+        if not readers or any(r.pad is None for r in readers):
+            return False
+    return True
+
+
+def _spatial(pairs: Sequence[tuple[int, int]], nd: int) -> list[tuple[int, int]] | None:
+    """The last ``nd`` axes' pairs, or None where an axis before them is padded."""
+    pairs = list(pairs)
+    while len(pairs) < nd:
+        pairs.insert(0, (0, 0))
+    extra, spatial = pairs[: len(pairs) - nd], pairs[len(pairs) - nd :]
+    if any(p != (0, 0) for p in extra):
+        return None
+    return spatial
+
+
+#: a use of a tensor: ("module", module call) for a conv/pool module, ("call", call) else
+_Use = tuple[str, int]
+#: calls that read a tensor's size, dtype and device only: no use of its values
+_SHAPE_READS = frozenset(
+    {"new_zeros", "new_ones", "new_empty", "new_full", "zeros_like", "ones_like", "empty_like"}
+)
+
+
 class _CodePads:
-    """Pads a model computes in code (a pad module outside an nn.Sequential, ``F.pad`` with
-    amounts from the input size, from int attributes or 0-d buffers) folded into the conv
-    or pool that reads them. One traced forward finds each pad call and the one call that
-    reads its output; the module running the pad, alone at many input sizes, tells the rule
-    behind its amounts (static, or TF 'same'/'same_lower' for the reader's kernel, stride
-    and dilation)."""
+    """Pads a model computes before a conv or pool, however written (``F.pad`` in any mode,
+    a pad module of any class, ``torch.cat`` with constants; amounts static, from the input
+    size, from attributes or buffers), folded into the conv or pool that reads them. The
+    model's record (:func:`padkit.recognise.record`) names each pad and the one call that
+    reads its output, through any number of wrapper levels; the module making the pad, run
+    alone at many input sizes (:func:`sample_pads`), tells the rule behind its amounts
+    (static, or TF 'same'/'same_lower' for the reader's kernel, stride and dilation)."""
 
     def __init__(self, out: nn.Module, report: SurgeryReport) -> None:
         self.out = out
@@ -122,98 +242,164 @@ class _CodePads:
         self.called: set[str] = set()
         self.traced = False
         self.edited: set[int] = set()
+        self._top: dict[int | None, int | None] = {None: None}
 
     @staticmethod
     def opaque(m: nn.Module) -> bool:
+        """A conv or pool module: its own calls are the layer, not code to read."""
         return Op.from_module(m) is not None
 
     def run(self) -> nn.Module:
         try:
             shape, like = probe_like(self.out, "convert")
+            g = torch.Generator(like.device).manual_seed(0)
+            x = torch.randn(shape, generator=g, device=like.device, dtype=like.dtype)
         except SurgeryError:
-            return self.out
+            # no conv to take the channels from: a pool takes any, on its dims
+            kinds = [kd for m in self.out.modules() if (kd := layer_kind(m)) is not None]
+            if not kinds:
+                return self.out
+            g = torch.Generator().manual_seed(0)
+            x = torch.randn(1, 1, *([PROBE] * kinds[0][1]), generator=g)
+        modes = [(m, m.training) for m in self.out.modules()]
         try:
-            events = record(self.out, shape, self.opaque, like, once=True)
-        except SurgeryError as exc:
-            self.report.notes.append(f"pads written in code were not searched: {exc}")
+            self.out.eval()
+            self.rec = record(self.out, x)
+        except Exception as exc:
+            self.report.notes.append(
+                "pads written in code were not searched: the model does not run on a probe "
+                f"of shape {tuple(x.shape)} ({type(exc).__name__}: {exc})"
+            )
             return self.out
+        finally:
+            for m, training in modes:
+                m.training = training
         self.traced = True
-        self.events = events
+        rec = self.rec
         self.modules = dict(self.out.named_modules())
-        self.calls = Counter(e.path for e in events if e.kind == "module")
+        seen = [mc for mc in rec.modules if self._top_opaque(mc.parent) is None]
+        self.calls = Counter(mc.path for mc in seen)
         self.called = set(self.calls)
         self.by_id = _paths_by_id(self.out)
+        # every call counts, live or not: a conv or pool module may compute its output
+        # outside torch's functions (padkit's native backend), which no record links
+        sites = [c for c in rec.calls if c.pad is not None and self._top_opaque(c.owner) is None]
+        for c in rec.calls:
+            if (
+                c.name in ("pad", "constant_pad_nd")
+                and c.pad is None
+                and self._top_opaque(c.owner) is None
+            ):
+                self.skips.append(
+                    Skip(self.path(c), f"its {c.name}() crops (negative pads): no pad to fold")
+                )
         # a pad whose one reader is another pad: folded with it (inner index -> outer index)
         self.feeds: dict[int, int] = {}
-        for i, event in enumerate(events):
-            if event.kind == "function" and "pad" in event.info:
-                inner = self._pad_reader(i)
-                if inner is not None:
-                    self.feeds[inner] = i
+        for c in sites:
+            inner = self._pad_reader(c)
+            if inner is not None:
+                self.feeds[inner] = c.index
         outer = set(self.feeds.values())
-        for i, event in enumerate(events):
-            if event.kind == "function" and "pad" in event.info and i not in outer:
-                chain = [i]
-                while chain[0] in self.feeds:
-                    chain.insert(0, self.feeds[chain[0]])
-                why = self.fold(i, event, chain[:-1])
-                if why is not None:
-                    self.skips.append(Skip(event.path, why))
-                    for k in chain[:-1]:
-                        self.skips.append(
-                            Skip(
-                                self.events[k].path,
-                                f"its {self.events[k].name}() output is read by the pad of "
-                                f"{event.path or '<root>'!r}, which is left in place: {why}",
-                            )
+        for c in sites:
+            if c.index in outer:
+                continue
+            chain = [c.index]
+            while chain[0] in self.feeds:
+                chain.insert(0, self.feeds[chain[0]])
+            why = self.fold(c, [rec.calls[k] for k in chain[:-1]])
+            if why is not None:
+                self.skips.append(Skip(self.path(c), why))
+                for k in chain[:-1]:
+                    self.skips.append(
+                        Skip(
+                            self.path(rec.calls[k]),
+                            f"its {rec.calls[k].name}() output is read by the pad of "
+                            f"{self.path(c) or '<root>'!r}, which is left in place: {why}",
                         )
+                    )
         return self.apply()
 
-    def _pad_reader(self, i: int) -> int | None:
-        """The pad call that is the one reader of pad call ``i``'s output, or None."""
-        if self.events[i].info.get("uses", 0) != 1:
-            return None
-        readers = [
-            j
-            for j, e in enumerate(self.events)
-            if e.info.get("src") == i and e.kind == "function" and "pad" in e.info
-        ]
-        return readers[0] if len(readers) == 1 else None
+    def path(self, call: Call) -> str:
+        return "" if call.owner is None else self.rec.modules[call.owner].path
 
-    def fold(self, i: int, event: Event, before: Sequence[int] = ()) -> str | None:
+    def _top_opaque(self, index: int | None) -> int | None:
+        """The outermost conv/pool module call that module call ``index`` is or runs in."""
+        if index in self._top:
+            return self._top[index]
+        assert index is not None
+        mc = self.rec.modules[index]
+        found = self._top_opaque(mc.parent)
+        if found is None and mc.module is not None and self.opaque(mc.module):
+            found = index
+        self._top[index] = found
+        return found
+
+    def uses(self, call: Call) -> list[_Use]:
+        """Who reads ``call``'s output: a conv or pool module called with it (once, whatever
+        it computes inside), or a call outside such modules."""
+        if not call.makes:
+            return []
+        tid = call.makes[0]
+        found: list[_Use] = [
+            ("module", mc.index)
+            for mc in self.rec.modules
+            if tid in mc.inputs and self._top_opaque(mc.index) == mc.index
+        ]
+        for r in self.rec.readers(tid):
+            if r.name in _SHAPE_READS:
+                continue
+            top = self._top_opaque(r.owner)
+            use = ("module", top) if top is not None else ("call", r.index)
+            if use not in found:
+                found.append(use)
+        return found
+
+    def _pad_reader(self, call: Call) -> int | None:
+        """The pad call that is the one reader of pad ``call``'s output, or None."""
+        uses = self.uses(call)
+        if len(uses) != 1 or uses[0][0] != "call":
+            return None
+        reader = self.rec.calls[uses[0][1]]
+        return reader.index if reader.pad is not None else None
+
+    def fold(self, call: Call, before: Sequence[Call] = ()) -> str | None:
         """Plan the fold of one pad call, and of the pad calls ``before`` it whose outputs
         it reads in turn (outermost first); the reason they are left in place, or None."""
-        pad: PadCall = event.info["pad"]
-        owner_path = event.path
-        readers = [
-            (j, e)
-            for j, e in enumerate(self.events)
-            if e.info.get("src") == i
-            and (
-                (e.kind == "function" and "op" in e.info)
-                or (e.kind == "module" and self.opaque(self.modules[e.path]))
-            )
-        ]
-        uses = event.info.get("uses", 0)
-        if uses != 1 or len(readers) != 1:
-            if uses > 1:
+        pad = call.pad
+        assert pad is not None
+        rec = self.rec
+        owner_path = self.path(call)
+        uses = self.uses(call)
+        readers = [u for u in uses if u[0] == "module" or rec.calls[u[1]].op is not None]
+        what = f"its {call.name}()" if pad.form == "pad" else f"its {call.name}() (a pad)"
+        if len(uses) != 1 or len(readers) != 1:
+            if len(uses) > 1:
                 return (
-                    f"its {event.name}() output is read {uses} times; only a pad read by one "
-                    "conv or pool is folded"
+                    f"{what} output is read {len(uses)} times; only a pad read by one conv or "
+                    "pool is folded"
                 )
-            return f"its {event.name}() output is not read by a conv or pool; left in place"
-        j, reader = readers[0]
-        reader_path = reader.path
-        if reader.kind == "module":
+            if not uses:
+                return f"{what} output is read by nothing in the model: nothing to fold into"
+            return f"{what} output is not read by a conv or pool; left in place"
+        if pad.mode == "state":
+            return (
+                f"{what} concatenates the buffer {pad.state!r}, which is state, not a pad "
+                "a conv or pool can make"
+            )
+        kind, index = readers[0]
+        reader_call = rec.calls[index] if kind == "call" else None
+        if reader_call is None:
+            reader_path = rec.modules[index].path
             op = Op.from_module(self.modules[reader_path])
         else:
-            op = reader.info["op"]
+            reader_path = self.path(reader_call)
+            op = reader_call.op
         if op is None:  # pragma: no cover - readers are conv/pool calls
             return "its reader is not a conv or pool"
         if op.kind == "conv_transpose":
             return "padding a transposed conv's input is not a crop of its output"
-        if op.kind not in ("conv", "max", "avg") and reader.kind == "function":
-            return f"its reader {reader.name}() has no padkit functional form"
+        if op.kind not in ("conv", "max", "avg") and reader_call is not None:
+            return f"its reader {reader_call.name}() has no padkit functional form"
         for path in {owner_path, reader_path}:
             if self.calls.get(path, 0) != 1 or len(self.by_id.get(id(self.modules[path]), [])) > 1:
                 return (
@@ -221,19 +407,17 @@ class _CodePads:
                     "or shared; pads are folded in modules called once"
                 )
         if reader_path in self.swaps or (
-            reader.kind == "function" and reader_path in self.edits and owner_path != reader_path
+            reader_call is not None and reader_path in self.edits and owner_path != reader_path
         ):
             return f"{reader_path!r} already takes another pad"
         nd = op.nd
-        pairs = self._spatial(pad.pairs, nd)
+        pairs = _spatial(pad.pairs, nd)
         if pairs is None:
             return f"it pads non-spatial axes ({pad.pairs}) before {reader_path!r}"
-        if any(min(p) < 0 for p in pairs):
-            return f"it crops (negative pads {pairs})"
-        sampled = self.sample(event, i, op)
+        sampled = self.sample(call, op)
         if isinstance(sampled, str):
             return sampled
-        samples, pad_only, ordinal = sampled
+        samples, pad_only = sampled
         rules = [pad_rule(samples, op, axis) for axis in range(nd)]
         if any(r is None for r in rules):
             return (
@@ -254,17 +438,12 @@ class _CodePads:
         if pre is not None:
             text = f"static {tuple(pre)} then {text}"
         reader_module = self.modules[reader_path]
-        if reader.kind == "module":
+        if reader_call is None:
             new = _build(folded, reader_module)
             self.swaps[reader_path] = new
             after = _brief(new, folded)
         else:
-            fname = base_name(reader.name)
-            k = sum(
-                1
-                for e in self.events[:j]
-                if e.kind == "function" and e.path == reader_path and base_name(e.name) == fname
-            )
+            fname, k = reader_call.name, reader_call.ordinal
             self.edits.setdefault(reader_path, {})[(fname, k)] = _PadkitCall(folded)
             self.notes.setdefault(reader_path, []).append(f"{fname} #{k} padkit {text}")
             after = (
@@ -278,24 +457,33 @@ class _CodePads:
                 ("padding",),
                 False,
                 f"takes the {text} {why} pad of {owner_path or '<root>'!r}",
+                takes=FoldedPad(owner_path, text, why),
             )
         )
-        for k, k_only, k_ordinal, k_text in outer_plans:
-            self.drop(self.events[k], k_only, k_ordinal, reader_path, k_text)
-        self.drop(event, pad_only, ordinal, reader_path, _rule_text(rules_))
+        for k_call, k_only, k_text in outer_plans:
+            self.drop(k_call, k_only, reader_path, k_text)
+        self.drop(call, pad_only, reader_path, _rule_text(rules_))
         return None
 
-    def drop(self, event: Event, pad_only: bool, ordinal: int, reader_path: str, text: str) -> None:
-        """The pad call of ``event``, folded into ``reader_path``, no longer runs: its module
-        becomes a passthrough (where padding is all it computes) or skips that call."""
-        owner_path = event.path
+    def drop(self, call: Call, pad_only: bool, reader_path: str, text: str) -> None:
+        """The pad ``call``, folded into ``reader_path``, no longer runs: its module becomes
+        a passthrough (where padding is all it computes; in an ``nn.Sequential``, an
+        ``nn.Identity``) or skips that call."""
+        assert call.pad is not None
+        owner_path = self.path(call)
         owner = self.modules[owner_path]
-        pname = base_name(event.name)
+        pname, ordinal = call.name, call.ordinal
         if pad_only and owner_path != reader_path and owner_path not in self.edits:
-            self.swaps[owner_path] = passthrough(owner, f"its pad is folded into {reader_path}")
-            after = f"{type(owner).__name__} (passthrough: returns its input)"
+            parent = owner_path.rpartition(".")[0]
+            if owner_path and type(self.out.get_submodule(parent)) is nn.Sequential:
+                self.swaps[owner_path] = nn.Identity()
+                after = "Identity"
+            else:
+                self.swaps[owner_path] = passthrough(owner, f"its pad is folded into {reader_path}")
+                after = f"{type(owner).__name__} (passthrough: returns its input)"
         else:
-            self.edits.setdefault(owner_path, {})[(pname, ordinal)] = _identity
+            edit: _Edit = _identity if call.pad.form == "pad" else _CatPiece(call.pad.piece)
+            self.edits.setdefault(owner_path, {})[(pname, ordinal)] = edit
             self.notes.setdefault(owner_path, []).append(f"{pname} #{ordinal} skipped")
             after = f"{type(owner).__name__} (own forward; its {pname}() call #{ordinal} skipped)"
         self.changes.append(
@@ -310,8 +498,8 @@ class _CodePads:
         )
 
     def outer_pads(
-        self, before: Sequence[int], pad: PadCall, op: Op, inner_path: str
-    ) -> str | tuple[list[tuple[int, int]] | None, list[tuple[int, bool, int, str]]]:
+        self, before: Sequence[Call], pad: Pad, op: Op, inner_path: str
+    ) -> str | tuple[list[tuple[int, int]] | None, list[tuple[Call, bool, str]]]:
         """The pad calls ``before`` a folded pad (outermost first, each read only by the
         next): their static pads, summed per axis, which the inner pad's rule resolves after
         (``Padding.pre``), and the plan to drop each; or why they cannot fold. Each must be
@@ -321,12 +509,12 @@ class _CodePads:
             return None, []
         nd = op.nd
         total = [(0, 0)] * nd
-        plans: list[tuple[int, bool, int, str]] = []
+        plans: list[tuple[Call, bool, str]] = []
         inner = f"the pad of {inner_path or '<root>'!r}"
-        for k in before:
-            ev = self.events[k]
-            path = ev.path
-            outer: PadCall = ev.info["pad"]
+        for call in before:
+            path = self.path(call)
+            outer = call.pad
+            assert outer is not None
             where = f"{path or '<root>'!r} pads before {inner}, and"
             if (outer.mode, outer.value) != (pad.mode, pad.value) or outer.mode != "constant":
                 return (
@@ -338,13 +526,13 @@ class _CodePads:
                     f"{where} it is called {self.calls.get(path, 0)} times per forward or "
                     "shared; pads are folded in modules called once"
                 )
-            pairs = self._spatial(outer.pairs, nd)
-            if pairs is None or any(min(p) < 0 for p in pairs):
-                return f"{where} it pads non-spatial axes or crops ({outer.pairs})"
-            sampled = self.sample(ev, k, op)
+            pairs = _spatial(outer.pairs, nd)
+            if pairs is None:
+                return f"{where} it pads non-spatial axes ({outer.pairs})"
+            sampled = self.sample(call, op)
             if isinstance(sampled, str):
                 return f"{where} {sampled}"
-            samples, only, ordinal = sampled
+            samples, only = sampled
             rules = [pad_rule(samples, op, axis) for axis in range(nd)]
             if not all(isinstance(r, tuple) for r in rules):
                 return (
@@ -354,105 +542,33 @@ class _CodePads:
                 )
             static = [r for r in rules if isinstance(r, tuple)]
             total = [(a + lo, b + hi) for (a, b), (lo, hi) in zip(total, static)]
-            plans.append((k, only, ordinal, _rule_text(static)))
+            plans.append((call, only, _rule_text(static)))
         return total, plans
 
-    @staticmethod
-    def _spatial(pairs: Sequence[tuple[int, int]], nd: int) -> list[tuple[int, int]] | None:
-        pairs = list(pairs)
-        while len(pairs) < nd:
-            pairs.insert(0, (0, 0))
-        extra, spatial = pairs[: len(pairs) - nd], pairs[len(pairs) - nd :]
-        if any(p != (0, 0) for p in extra):
-            return None
-        return spatial
-
-    def sample(
-        self, event: Event, i: int, op: Op
-    ) -> str | tuple[list[tuple[int, Pairs]], bool, int]:
-        """Run the module holding the pad alone at many input sizes: the pads it makes per
-        size, whether padding is all it computes, and the pad's ordinal in its own code."""
-        owner_path = event.path
-        owner = self.modules[owner_path]
-        own_event = next(e for e in self.events if e.kind == "module" and e.path == owner_path)
-        pad_in = event.ins[0][0]
-        if len(own_event.ins[0]) != 1 or own_event.ins[0][0] != pad_in:
-            return (
-                "its input is not the input of the module running it, which padkit runs "
-                "alone to learn the rule behind the amounts; left in place"
-            )
-        mine = [
-            k
-            for k, e in enumerate(self.events)
-            if e.kind == "function" and e.path == owner_path and "pad" in e.info
-        ]
-        ordinal, total = mine.index(i), len(mine)
-        pname = base_name(event.name)
-        same_name = [
-            k
-            for k, e in enumerate(self.events)
-            if e.kind == "function" and e.path == owner_path and base_name(e.name) == pname
-        ]
-        name_ordinal = same_name.index(i)
-        nd = op.nd
-        sizes = sorted(
-            {pad_in[-nd + a] for a in range(nd)}
-            | {n for a in range(nd) for n in sample_sizes(op, a, pad_in[-nd + a])}
+    def sample(self, call: Call, op: Op) -> str | tuple[list[tuple[int, Pairs]], bool]:
+        """:func:`sample_pads` for the module whose own code makes pad ``call``."""
+        pad = call.pad
+        assert pad is not None and call.owner is not None
+        mc = self.rec.modules[call.owner]
+        mine = [c for c in self.rec.calls if c.owner == call.owner and c.pad is not None]
+        return sample_pads(
+            self.modules[mc.path],
+            tuple(self.rec.tensor(pad.source).shape),
+            mc.in_shapes,
+            mine.index(call),
+            len(mine),
+            pad.mode,
+            pad.value,
+            op,
         )
-        lead = (1, *pad_in[1:-nd])
-        param = next(iter(owner.parameters()), None)
-        dtype = param.dtype if param is not None else torch.float32
-        device = param.device if param is not None else None
-        samples: list[tuple[int, Pairs]] = []
-        pad_only = True
-        modes = {m: m.training for m in owner.modules()}
-        probe: PadCall = event.info["pad"]
-        try:
-            owner.eval()
-            for n in sizes:
-                x = torch.randn(*lead, *([n] * nd), dtype=dtype, device=device)
-                try:
-                    calls, y = own_run(owner, x)
-                except Exception:
-                    continue
-                pads = [(c, p) for c in calls if (p := call_pad(c[0], c[1], c[2])) is not None]
-                if len(pads) == total:
-                    (_, cargs, ckw, cout), found = pads[ordinal]
-                    src = cargs[0] if cargs else ckw.get("input")
-                    if not isinstance(src, Tensor) or tuple(src.shape[-nd:]) != (n,) * nd:
-                        return "its input is not the input of its module at other sizes"
-                    if (found.mode, found.value) != (probe.mode, probe.value):
-                        return "its mode or value changes with the input size"
-                    got = self._spatial(found.pairs, nd)
-                    if got is None:
-                        return "it pads non-spatial axes at other sizes"
-                    pairs: Pairs = tuple(got)
-                    result = cout
-                elif total == 1 and not pads:
-                    pairs, result = tuple((0, 0) for _ in range(nd)), x
-                else:
-                    return "its module pads a varying number of times with the input size"
-                others = [
-                    c for c in calls if call_pad(c[0], c[1], c[2]) is None and list(_tensors(c[3]))
-                ]
-                pad_only = pad_only and not others and y is result
-                samples.append((n, pairs))
-        finally:
-            for m, mode in modes.items():
-                m.training = mode
-        for axis in range(nd):
-            s = op.stride[axis]
-            if len({n % s for n, _ in samples}) < s or len(samples) < 3:
-                return "its module does not run at enough input sizes to tell the rule of its pads"
-        return samples, pad_only, name_ordinal
 
     def _examples(self, path: str, module: nn.Module) -> list[Tensor]:
         """Random inputs for ``module`` at its traced size and two larger ones (an odd and
         an even step), to check a fast rewired copy against the rewired one."""
-        event = next((e for e in self.events if e.kind == "module" and e.path == path), None)
-        if event is None or len(event.ins[0]) != 1 or len(event.ins[0][0]) < 3:
+        mc = next((m for m in self.rec.modules if m.path == path), None)
+        if mc is None or len(mc.in_shapes) != 1 or len(mc.in_shapes[0]) < 3:
             return []
-        shape = event.ins[0][0]
+        shape = mc.in_shapes[0]
         param = next(iter(module.parameters()), None)
         dtype = param.dtype if param is not None else torch.float32
         device = param.device if param is not None else None

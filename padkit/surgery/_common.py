@@ -12,6 +12,7 @@ from torch import nn
 from .. import nn as PN
 from .._made import stand_in
 from ..op import TORCH_KINDS, Op
+from ..recognise import layer_kind
 from ..spec import (
     PaddingError,
 )
@@ -35,6 +36,27 @@ class SurgeryError(PaddingError):
 
 
 @dataclass(frozen=True)
+class FoldedPad:
+    """A pad the model computed before a layer, which the layer now computes (convert).
+
+    Attributes:
+        source: the path of the module that padded: a pad module, or the module whose own
+            code calls the pad (``''`` the model itself).
+        rule: the pads, e.g. ``"static ((0, 1), (0, 1))"`` or ``"TF 'same' (amounts
+            computed from the input size)"``.
+        fill: what the pads hold: ``"zeros"``, a pad mode (``"reflect"``, ...) or, before a
+            max pool, the value.
+    """
+
+    source: str
+    rule: str
+    fill: str
+
+    def __str__(self) -> str:
+        return f"{self.rule} {self.fill} pad of {self.source or '<root>'!r}"
+
+
+@dataclass(frozen=True)
 class Change:
     """One module that surgery replaced or modified.
 
@@ -48,6 +70,8 @@ class Change:
         detail: why, and where the numbers differ.
         at_input: for ``convert(..., input_shape=...)``: whether the numbers differ at the
             size this layer sees for that input (None when no input shape was given).
+        takes: the pad made before this layer that it now computes (convert's folds), or
+            None.
     """
 
     path: str
@@ -57,6 +81,7 @@ class Change:
     numbers_change: bool = False
     detail: str = ""
     at_input: bool | None = None
+    takes: FoldedPad | None = None
 
 
 @dataclass(frozen=True)
@@ -171,14 +196,21 @@ _Layer = Op
 
 
 def _layer_kind(module: nn.Module) -> tuple[str, int] | None:
-    """(kind, nd) for a torch or padkit conv/pool of exactly that class (or a padkit layer
-    kept in a model's own subclass by :func:`_build`), else None."""
+    """(kind, nd) for a conv or pool (not transposed) that surgery replaces by a padkit
+    layer: :func:`padkit.recognise.layer_kind` says its forward runs just its attributes,
+    and its class is torch's or padkit's own (or a padkit layer kept in a model's own
+    subclass by :func:`_build`). A model's own subclass keeps its class: surgery reads what
+    its call computes (:func:`padkit.recognise.owns`) and changes it in place."""
+    found = layer_kind(module, plain=True)
+    if found is None or found[0] == "conv_transpose":
+        return None
     t = type(module)
-    return _TORCH.get(t) or _PADKIT.get(t) or t.__dict__.get("_padkit_kind")
+    return found if t in _TORCH or t in _PADKIT or "_padkit_kind" in t.__dict__ else None
 
 
 def _layer(module: nn.Module) -> Op | None:
-    """The record of a torch or padkit conv/pool (exact classes only; subclasses are foreign)."""
+    """The record of a torch or padkit conv/pool (:func:`_layer_kind`; a model's own
+    subclass is read from its calls)."""
     if _layer_kind(module) is None:
         return None
     return Op.from_module(module)
@@ -266,9 +298,7 @@ def _keep_class(new: nn.Module, old: nn.Module) -> nn.Module:
     orig: type = t.__dict__.get("_padkit_orig", t)
     if orig in _TORCH or orig in _PADKIT or not isinstance(old, tuple(_TORCH)):
         return new
-    if orig is t and getattr(orig, "forward", None) not in {
-        getattr(c, "forward", None) for c in _TORCH
-    }:
+    if orig is t and layer_kind(old, plain=True) is None:
         return new  # a forward of its own: a padkit forward would drop what it does
     cls = _kept_class(type(new), orig)
     if cls is None:  # pragma: no cover - a metaclass or layout conflict

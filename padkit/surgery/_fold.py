@@ -1,59 +1,18 @@
 """Folding a pad into the conv or pool that reads it: the padkit layer equal to ``layer(pad(x))``
-(static pads or a same-family rule, in any pad mode), or the reason none is exact."""
+(static pads or a same-family rule, in any pad mode), or the reason none is exact. Which pads
+reach a layer is read from the model's record (``_code_pads``)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import replace
-from typing import Any
-
-from torch import nn
 
 from ..spec import (
     Padding,
 )
 from ._common import (
     _Layer,
-    _layer,
 )
-
-_PAD_MODULES: dict[type, tuple[int, str]] = {
-    nn.ZeroPad1d: (1, "constant"),
-    nn.ZeroPad2d: (2, "constant"),
-    nn.ZeroPad3d: (3, "constant"),
-    nn.ConstantPad1d: (1, "constant"),
-    nn.ConstantPad2d: (2, "constant"),
-    nn.ConstantPad3d: (3, "constant"),
-    nn.ReflectionPad1d: (1, "reflect"),
-    nn.ReflectionPad2d: (2, "reflect"),
-    nn.ReflectionPad3d: (3, "reflect"),
-    nn.ReplicationPad1d: (1, "replicate"),
-    nn.ReplicationPad2d: (2, "replicate"),
-    nn.ReplicationPad3d: (3, "replicate"),
-    nn.CircularPad1d: (1, "circular"),
-    nn.CircularPad2d: (2, "circular"),
-    nn.CircularPad3d: (3, "circular"),
-}
-
-
-def _fold(pad: nn.Module, target: nn.Module) -> tuple[_Layer | None, str]:
-    """The padkit layer equal to ``target(pad(x))``, or None and the reason it is not exact."""
-    nd, mode = _PAD_MODULES[type(pad)]
-    p: Any = pad
-    value = float(getattr(p, "value", 0.0))
-    if isinstance(target, (nn.ConvTranspose1d, nn.ConvTranspose2d, nn.ConvTranspose3d)):
-        return None, "padding a transposed conv's input is not a crop of its output"
-    layer = _layer(target)
-    if layer is None:
-        return None, f"{type(target).__name__} is not a torch or padkit conv/pool"
-    if layer.nd != nd:
-        return None, f"a {nd}-d pad before a {layer.nd}-d {type(target).__name__}"
-    pads = Padding.from_torch_pad(p.padding, allow_negative=True)
-    added = tuple(a for a in pads.axes if isinstance(a, tuple))
-    if any(min(a) < 0 for a in added):
-        return None, f"the pad {tuple(p.padding)} crops (negative pads)"
-    return _fold_into(layer, type(target).__name__, added, mode, value)
-
 
 Rule = str | tuple[int, int]
 

@@ -1,4 +1,4 @@
-"""surgery's lattice tracer: every module and tensor function a forward calls, with strides.
+"""dilate's stride tracer: every module and tensor function a forward calls, with strides.
 
 The model runs twice, in eval mode and without gradients, on small random inputs of
 spatial size ``PROBE`` and ``PROBE + STEP`` (its modes are restored afterwards). The dims
@@ -232,19 +232,17 @@ def record(
     shape: Shape,
     opaque: Callable[[nn.Module], bool],
     like: Tensor | None = None,
-    once: bool = False,
 ) -> list[Event]:
     """Run ``model`` on a random input of ``shape`` and on one ``STEP`` larger per spatial
     axis (on ``like``'s device and dtype); return the merged events (``ins``/``outs`` hold
     both runs' shapes). Nothing is recorded inside a module for which ``opaque`` is true,
-    except its call. With ``once=True`` only the first run is made (``ins``/``outs`` hold
-    its shapes), and each pad event's ``info["uses"]`` counts the calls that read its
-    output (size reads excepted)."""
+    except its call. Each pad event's ``info["uses"]`` counts the calls that read its
+    output in the first run (size reads excepted)."""
     runs: list[list[Event]] = []
     modes = [(m, m.training) for m in model.modules()]
     try:
         model.eval()
-        for extra in (0,) if once else (0, STEP):
+        for extra in (0, STEP):
             rec = _Recorder(opaque)
             rec._open = []
             handles = rec.hooks(model)
@@ -268,8 +266,6 @@ def record(
     finally:
         for m, training in modes:
             m.training = training
-    if once:
-        return runs[0]
     first, second = runs
     if [(e.kind, e.path, e.name) for e in first] != [(e.kind, e.path, e.name) for e in second]:
         raise SurgeryError(

@@ -13,6 +13,7 @@ from torch import Tensor, nn
 
 from .. import functional as PF
 from ..op import TORCH_KINDS as _TORCH_KINDS_ALL, Op
+from ..recognise import layer_kind
 from ..spec import (
     Padding,
     PaddingError,
@@ -45,7 +46,6 @@ from ._common import (
     _timm_same_convs,
     _timm_same_pools,
 )
-from ._fold import _PAD_MODULES, _fold
 from ._probe import (
     NOT_HANDLED,
     call_op,
@@ -383,58 +383,8 @@ def convert(
         done.add(id(new))
         report.changes.append(Change(path, _brief(module), _brief(new), ("class",), False, note))
 
-    # 2. explicit pad modules folded into the next conv/pool of an nn.Sequential
-    by_id = _paths_by_id(out)
-    in_sequence: set[int] = set()
-    for path, seq in list(out.named_modules()):
-        if type(seq) is not nn.Sequential:
-            continue
-        names = list(seq._modules)
-        for i, name in enumerate(names):
-            pad = seq._modules[name]
-            if pad is None or type(pad) not in _PAD_MODULES:
-                continue
-            in_sequence.add(id(pad))
-            pad_path = f"{path}.{name}" if path else name
-            if i + 1 == len(names) or seq._modules[names[i + 1]] is None:
-                report.skipped.append(
-                    Skip(pad_path, "last in its nn.Sequential: nothing to fold into")
-                )
-                continue
-            nxt = seq._modules[names[i + 1]]
-            nxt_path = f"{path}.{names[i + 1]}" if path else names[i + 1]
-            if _layer(nxt) is None and not isinstance(
-                nxt, (nn.ConvTranspose1d, nn.ConvTranspose2d, nn.ConvTranspose3d)
-            ):
-                continue  # not a conv or pool: not a candidate
-            if len(by_id[id(nxt)]) > 1 or len(by_id[id(pad)]) > 1:
-                report.skipped.append(Skip(pad_path, "the pad or the next layer is shared"))
-                continue
-            folded, why = _fold(pad, nxt)
-            if folded is None:
-                report.skipped.append(Skip(pad_path, f"not folded into {nxt_path}: {why}"))
-                continue
-            new = _build(folded, nxt)
-            before = _brief(nxt)
-            _replace(out, [nxt_path], new)
-            _replace(out, [pad_path], nn.Identity())
-            report.changes.append(
-                Change(
-                    pad_path, repr(pad), "Identity", ("folded",), False, f"folded into {nxt_path}"
-                )
-            )
-            report.changes.append(
-                Change(
-                    nxt_path,
-                    before,
-                    _brief(new),
-                    ("padding",),
-                    False,
-                    f"takes the {why} pad of {pad_path}",
-                )
-            )
-    # 3. pads written in code (pad modules outside an nn.Sequential, F.pad in a forward);
-    # an imported ONNX graph's Pad nodes fold as padkit.onnx.load folds them
+    # 2. pads before a conv or pool, however written (pad modules, F.pad, torch.cat), read
+    # from the model's record
     code = _CodePads(out, report)
     if _imported_onnx(out):
         assert isinstance(out, torch.fx.GraphModule)
@@ -445,15 +395,15 @@ def convert(
         out = code.run()
     listed = {s.path for s in report.skipped} | {c.path for c in report.changes}
     for path, module in out.named_modules():
-        if type(module) in _PAD_MODULES and path not in listed:
+        if isinstance(module, _PAD_BASES) and path not in listed and path not in code.called:
             reason = (
                 "not called in the forward of a probe input: what it feeds is unknown, not folded"
-                if code.traced and path not in code.called
-                else "not inside an nn.Sequential: what it feeds is unknown, not folded"
+                if code.traced
+                else "the model's forward was not recorded: what it feeds is unknown, not folded"
             )
             report.skipped.append(Skip(path, reason))
 
-    # 4. convention port
+    # 3. convention port
     if target is not None:
         _port(
             out,
@@ -524,6 +474,15 @@ def _onnx_pads(model: torch.fx.GraphModule, report: SurgeryReport) -> None:
     model.meta["onnx_folds"] = (*model.meta.get("onnx_folds", ()), *(f for f in folds if f.done))
 
 
+#: torch's pad module bases: a pad module the forward never calls is named by its class
+_PAD_BASES: tuple[type, ...] = (
+    nn.modules.padding._ConstantPadNd,
+    nn.modules.padding._ReflectionPadNd,
+    nn.modules.padding._ReplicationPadNd,
+    nn.modules.padding._CircularPadNd,
+)
+
+
 def _foreign_layers(out: nn.Module, report: SurgeryReport) -> None:
     """List the conv/pool subclasses with a forward of their own (a weight transform, a pad
     in code): convert leaves them, and says so."""
@@ -532,9 +491,10 @@ def _foreign_layers(out: nn.Module, report: SurgeryReport) -> None:
         if path in listed or _layer(module) is not None:
             continue
         cls: Any = type(module)
-        if not isinstance(module, _SUBCLASSED) or cls in _PLAIN_OR_PADKIT:
+        kind = layer_kind(module)
+        if kind is None or kind[0] == "lp" or layer_kind(module, plain=True) is not None:
             continue
-        if cls.forward in _TORCH_FORWARDS or _owned_call(module) is not None:
+        if _owned_call(module) is not None:
             continue
         report.skipped.append(
             Skip(
@@ -544,17 +504,6 @@ def _foreign_layers(out: nn.Module, report: SurgeryReport) -> None:
                 "dilation/groups (e.g. a pad in code); convert leaves it as it is",
             )
         )
-
-
-_SUBCLASSED: tuple[type[nn.Module], ...] = (
-    nn.modules.conv._ConvNd,
-    nn.modules.pooling._MaxPoolNd,
-    nn.modules.pooling._AvgPoolNd,
-)
-_PLAIN_OR_PADKIT: frozenset[type] = frozenset(_CONV) | frozenset(
-    t for t in _TORCH_KINDS_ALL if not t.__name__.startswith("ConvTranspose")
-)
-_TORCH_FORWARDS = frozenset(getattr(t, "forward", None) for t in _TORCH_KINDS_ALL)
 
 
 def _torch_base(module: nn.Module) -> type:

@@ -238,15 +238,33 @@ class _Dilation:
                 f"{where}, and it is called {self.calls.get(event.path, 0)} times per forward; "
                 "pads in code are re-derived in modules called once",
             )
-        from ._code_pads import _CodePads
+        from ._code_pads import sample_pads
 
-        finder = _CodePads(self.root, SurgeryReport("dilate"))
-        finder.events = self.events
-        finder.modules = dict(self.root.named_modules())
-        sampled = finder.sample(event, i, op)
+        own_event = next(e for e in self.events if e.kind == "module" and e.path == event.path)
+        mine = [
+            k
+            for k, e in enumerate(self.events)
+            if e.kind == "function" and e.path == event.path and "pad" in e.info
+        ]
+        name = base_name(event.name)
+        ordinal = [
+            k
+            for k, e in enumerate(self.events)
+            if e.kind == "function" and e.path == event.path and base_name(e.name) == name
+        ].index(i)
+        sampled = sample_pads(
+            self.module(event.path),
+            event.ins[0][0],
+            own_event.ins[0],
+            mine.index(i),
+            len(mine),
+            pad.mode,
+            pad.value,
+            op,
+        )
         if isinstance(sampled, str):
             raise self.refuse(event.path, f"{where} past the output stride: {sampled}")
-        samples, _, ordinal = sampled
+        samples, _ = sampled
         rules = [pad_rule(samples, op, axis) for axis in range(op.nd)]
         if any(r is None for r in rules):
             raise self.refuse(
@@ -261,7 +279,6 @@ class _Dilation:
         rules_ = [r for r in rules if r is not None]
         if reader.path not in self.plans and all(r == (0, 0) for r in rules_):
             return  # no pads, before a layer that keeps its attributes: nothing to re-derive
-        name = base_name(event.name)
         edit = _LatticePad(op, tuple(rules_), factor, pad.value, restrided or None)
         self.pad_edits.setdefault(event.path, {})[(name, ordinal)] = edit
         self.code_pads[reader.path] = (event.path, edit)
