@@ -40,7 +40,7 @@ _TAPS = _tune.Tuner()
 #: calls of a signature class that run the plan untimed before the timing: a timing costs
 #: about as much as a dozen calls and gains a fraction of a call's time per call after it,
 #: so lengths seen a few times (variable-length audio, a stream's last chunk) never pay it
-TIME_AFTER = 16
+TIME_AFTER = 64
 _SEEN: dict[Any, int] = {}
 #: per raw call signature: whether the taps run (what a repeated call looks up)
 _RAW: dict[tuple[Any, ...], bool] = {}
