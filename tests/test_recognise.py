@@ -491,3 +491,28 @@ def test_convert_inspect_and_dilate_read_pads_in_new_forms(
     dilated, _ = dilate(model, 2)
     for shape in ((1, 2, 33, 40), (1, 2, 32, 32)):
         assert dilation_error(model, dilated, torch.randn(shape)) < 1e-5
+
+
+def test_dilate_reads_a_pad_written_as_cat_of_zeros() -> None:
+    """dilate reads the record: a pad written as ``torch.cat`` with zeros before a conv it
+    re-strides is a pad, re-derived for the lattice, and the dilated model equals the
+    original on the lattice."""
+    from padkit.surgery import dilate, dilation_error
+
+    class CatPad(nn.Module):
+        def __init__(self, c: int) -> None:
+            super().__init__()
+            self.conv = nn.Conv1d(c, c, 3, stride=2)
+
+        def forward(self, x: Tensor) -> Tensor:
+            z = x.new_zeros(*x.shape[:-1], 1)
+            return self.conv(torch.cat([z, x, z], -1))
+
+    torch.manual_seed(0)
+    model = nn.Sequential(
+        nn.Conv1d(2, 3, 3, stride=2, padding=1), nn.ReLU(), CatPad(3), nn.ReLU(), CatPad(3)
+    ).eval()
+    dilated, report = dilate(model, 2)
+    assert any(c.path == "4" for c in report.changes), report
+    for n in (37, 40, 53):
+        assert dilation_error(model, dilated, torch.randn(2, 2, n)) <= 1e-5

@@ -18,6 +18,7 @@ Imports ``op`` and ``spec`` only; ``surgery`` and ``streaming`` import it.
 """
 
 from ._calls import (
+    REDUCTIONS,
     PadCall,
     base_name,
     call_op,
@@ -29,9 +30,21 @@ from ._calls import (
     torch_pairs,
 )
 from ._probe import ProbeError, model_copy, probe, probe_lengths
-from ._record import AxisMove, Call, Crop, ModuleCall, Pad, Record, failing_module, record
+from ._record import (
+    AxisMove,
+    Call,
+    Crop,
+    ModuleCall,
+    Pad,
+    Record,
+    Reduction,
+    failing_module,
+    func_name,
+    record,
+)
 
 __all__ = [
+    "REDUCTIONS",
     "AxisMove",
     "Call",
     "Crop",
@@ -40,10 +53,12 @@ __all__ = [
     "PadCall",
     "ProbeError",
     "Record",
+    "Reduction",
     "base_name",
     "call_op",
     "call_pad",
     "failing_module",
+    "func_name",
     "layer_kind",
     "model_copy",
     "module_op",

@@ -23,6 +23,7 @@ from ..spec import Padding, PaddingError, _tuple_of
 
 __all__ = [
     "FUNCTION_KINDS",
+    "REDUCTIONS",
     "PadCall",
     "Pairs",
     "base_name",
@@ -44,6 +45,28 @@ FUNCTION_KINDS: dict[str, tuple[str, int]] = {
     **{f"max_pool{n}d": ("max", n) for n in (1, 2, 3)},
     **{f"avg_pool{n}d": ("avg", n) for n in (1, 2, 3)},
 }
+
+
+#: reductions over tensor axes (which may be spatial)
+REDUCTIONS = frozenset(
+    {
+        "mean",
+        "sum",
+        "nansum",
+        "nanmean",
+        "amax",
+        "amin",
+        "max",
+        "min",
+        "std",
+        "var",
+        "logsumexp",
+        "norm",
+        "prod",
+        "argmax",
+        "argmin",
+    }
+)
 
 
 def base_name(func: Any) -> str:

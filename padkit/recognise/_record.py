@@ -22,7 +22,14 @@ uses to replace a call). Calls are read into typed facts by what they do to the 
   depends on: a pad whose output also feeds a dead end (a fresh state object written and
   thrown away) is still read by its convs only;
 * a conv or pool: an :class:`~padkit.op.Op`, from a functional call (``call_op``) or a
-  module (``module_op``).
+  module (``module_op``);
+* :class:`Reduction`: a call that mixes positions along some dims of its input (``mean``,
+  ``amax``, ``softmax``, ``normalize``..., adaptive pools, ``layer_norm``); ``batch_norm``'s
+  ``batch_stats`` (whether it takes batch statistics); ``elementwise`` for the two-tensor
+  forms of ``max``/``min`` (``torch.max(a, b)``).
+
+Each call keeps the tensors it read and made by identity (their shapes are the record's
+tensors' shapes), and ``func`` (the name it was called by: ``'__radd__'``, ``'mean'``).
 
 Which call reads which tensor is kept by tensor identity (the record holds every tensor it
 saw, so identities are not reused), which links a pad to the conv that reads it through any
@@ -42,9 +49,20 @@ from torch.nn.modules import module as _module_mod
 from torch.overrides import TorchFunctionMode
 
 from ..op import Op
-from ._calls import base_name, call_op, call_pad, module_op
+from ._calls import REDUCTIONS, base_name, call_op, call_pad, module_op
 
-__all__ = ["AxisMove", "Call", "Crop", "ModuleCall", "Pad", "Record", "failing_module", "record"]
+__all__ = [
+    "AxisMove",
+    "Call",
+    "Crop",
+    "ModuleCall",
+    "Pad",
+    "Record",
+    "Reduction",
+    "failing_module",
+    "func_name",
+    "record",
+]
 
 _CROP_NAMES = ("getitem", "narrow", "slice")
 _CAT_NAMES = ("cat", "concat", "concatenate")
@@ -126,11 +144,45 @@ class AxisMove:
     perm: tuple[int, ...] | None
 
 
+@dataclass(frozen=True)
+class Reduction:
+    """A call that mixes the positions of ``dims`` (of its first input): ``kind`` is
+    ``'reduce'`` (a reduction, ``softmax``, ``log_softmax``, ``normalize``), ``'adaptive'``
+    (an adaptive pool over its last dims) or ``'norm'`` (``layer_norm`` over its last
+    dims)."""
+
+    dims: frozenset[int]
+    kind: str = "reduce"
+
+
+_REDUCING = REDUCTIONS | {"softmax", "log_softmax", "normalize"}
+
+
+def _dims(value: Any, ndim: int) -> frozenset[int] | None:
+    if isinstance(value, int):
+        return frozenset({value % ndim})
+    if isinstance(value, (tuple, list)) and all(isinstance(v, int) for v in value):
+        return frozenset(v % ndim for v in value)
+    return None
+
+
+def func_name(func: Any) -> str:
+    """The name a torch function was called by (``'__radd__'``, ``'mean'``; a property
+    read such as ``Tensor.shape`` is ``'Size.__get__'``-like)."""
+    name = getattr(func, "__name__", None)
+    if name == "__get__":  # a property such as Tensor.shape
+        owner = getattr(func, "__self__", None)
+        name = f"{getattr(owner, '__name__', 'property')}.__get__"
+    return str(name) if name is not None else type(func).__name__
+
+
 @dataclass
 class ModuleCall:
     """One module call: ``path`` in the model (``''`` the root, ``'?'`` a module outside it),
     its class, ``parent`` (the enclosing module call's index), its tensors (positional inputs,
-    flattened outputs) by identity and their shapes."""
+    flattened outputs) by identity and their shapes, and ``at``: how many torch calls the
+    record held when it began (its place among :attr:`Record.calls`: the calls of index
+    ``>= at`` came after its start)."""
 
     index: int
     path: str
@@ -142,6 +194,7 @@ class ModuleCall:
     out_shapes: tuple[tuple[int, ...], ...] = ()
     op: Op | None = None
     module: nn.Module | None = field(default=None, repr=False, compare=False)
+    at: int = 0
 
 
 @dataclass
@@ -149,7 +202,10 @@ class Call:
     """One torch function call: its base name (``'pad'``, ``'conv1d'``, ``'getitem'``...),
     ``owner`` (the module call whose own code made it, None outside every module),
     ``ordinal`` (that name's count in the owner call's own code), the tensors it read and
-    made by identity, and what it is: ``op``, ``pad``, ``crop`` or ``move``."""
+    made by identity, and what it is: ``op``, ``pad``, ``crop`` or ``move``; ``reduce``
+    (the dims it mixes), ``elementwise`` (``torch.max(a, b)`` and the like), ``batch_stats``
+    (a ``batch_norm``: whether it takes batch statistics; None for other calls); ``func``
+    the name it was called by."""
 
     index: int
     name: str
@@ -163,6 +219,10 @@ class Call:
     move: AxisMove | None = None
     mutates: bool = False
     persistent: bool = False
+    func: str = ""
+    reduce: Reduction | None = None
+    elementwise: bool = False
+    batch_stats: bool | None = None
 
 
 @dataclass
@@ -363,6 +423,7 @@ class _Recorder(TorchFunctionMode):
             ordinal,
             tuple(self.keep(t) for t in read),
             tuple(self.keep(t) for t in made),
+            func=func_name(func),
         )
         if writes:
             call.mutates = True
@@ -396,6 +457,8 @@ class _Recorder(TorchFunctionMode):
             call.move = AxisMove(self.keep(x), _read_move(name, x, args))
         else:
             call.op = call_op(func, args, kwargs)
+            if call.op is None and isinstance(x, Tensor) and x.dim():
+                _mixing(call, name, x, args, kwargs)
 
     def _cat(self, pieces: Any, args: Any, kwargs: Any, out: Tensor) -> Pad | None:
         dim = args[1] if len(args) > 1 else kwargs.get("dim", kwargs.get("axis", 0))
@@ -436,6 +499,31 @@ class _Recorder(TorchFunctionMode):
         if state:
             return Pad(self.keep(ts[main]), tuple(pairs), "state", 0.0, "cat", main, state)
         return Pad(self.keep(ts[main]), tuple(pairs), "constant", float(value or 0.0), "cat", main)
+
+
+def _mixing(call: Call, name: str, x: Tensor, args: Any, kwargs: Any) -> None:
+    """The facts of a call that may mix positions: a reduction, an adaptive pool,
+    ``layer_norm``, ``batch_norm``'s statistics, the elementwise ``max(a, b)``."""
+    nd = x.dim()
+    if name in _REDUCING:
+        dim = kwargs.get("dim", args[1] if len(args) > 1 else None)
+        if name == "normalize":
+            dim = kwargs.get("dim", args[2] if len(args) > 2 else 1)
+        if isinstance(dim, Tensor):
+            call.elementwise = True  # torch.max(a, b) and the like
+            return
+        dims = frozenset(range(nd)) if dim is None else _dims(dim, nd)
+        if dims is not None:
+            call.reduce = Reduction(dims)
+    elif name.startswith(("adaptive_avg_pool", "adaptive_max_pool")):
+        k = int(name[len("adaptive_avg_pool")])
+        call.reduce = Reduction(frozenset(range(nd - k, nd)), "adaptive")
+    elif name == "batch_norm":
+        call.batch_stats = bool(kwargs.get("training", args[5] if len(args) > 5 else False))
+    elif name == "layer_norm":
+        shape = kwargs.get("normalized_shape", args[1] if len(args) > 1 else None)
+        k = len(shape) if isinstance(shape, (tuple, list, torch.Size)) else 1
+        call.reduce = Reduction(frozenset(range(nd - k, nd)), "norm")
 
 
 def _edge_pad(ts: list[Tensor], dim: int) -> tuple[int, int, int, str] | None:
@@ -510,6 +598,7 @@ def record(model: nn.Module, *inputs: Any, **kwargs: Any) -> Record:
                 tuple(mode.keep(t) for t in ins),
                 tuple(tuple(t.shape) for t in ins),
                 module=m,
+                at=len(rec.calls),
             )
             rec.modules.append(call)
             stack.append(call.index)

@@ -17,8 +17,10 @@ from .. import functional as PF
 from ..op import Op
 from ..recognise import Call, Pad, Record, layer_kind, record
 from ._common import (
+    PROBE,
     Change,
     FoldedPad,
+    Shape,
     Skip,
     SurgeryError,
     SurgeryReport,
@@ -28,6 +30,7 @@ from ._common import (
     _pads_text,
     _paths_by_id,
     _replace,
+    probe_like,
 )
 from ._fold import Rule, _fold_into
 from ._probe import (
@@ -38,7 +41,6 @@ from ._probe import (
     rewired_fast,
     sample_sizes,
 )
-from ._trace import PROBE, Shape, probe_like
 
 _Edit = Callable[[Any, tuple[Any, ...], dict[str, Any]], Any]
 

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from fractions import Fraction
 from typing import Any
 
-from torch import nn
+import torch
+from torch import Tensor, nn
 
 from .. import nn as PN
 from .._made import stand_in
@@ -372,3 +374,60 @@ def _check_bool(value: Any, name: str, fname: str) -> bool:
             f"{fname}(): {name} must be True or False, got {type(value).__name__} ({value!r})"
         )
     return value
+
+
+# ----------------------------------------------------------------------------- probes
+
+#: dilate probes a model at spatial size ``PROBE`` and ``PROBE + STEP``: the dims of a tensor
+#: whose sizes differ between the two runs are its spatial axes, and ``STEP / (difference)``
+#: is the stride of that axis relative to the input (exact for any conv or pool whose
+#: strides divide ``STEP``, whatever its padding or ceil mode)
+PROBE = 64
+STEP = 256
+
+Shape = tuple[int, ...]
+
+
+def _tensors(value: Any) -> Iterator[Tensor]:
+    """The tensors in ``value`` (a tensor, or nested lists, tuples and dicts), in order."""
+    if isinstance(value, Tensor):
+        yield value
+    elif isinstance(value, (list, tuple)):
+        for v in value:
+            yield from _tensors(v)
+    elif isinstance(value, dict):
+        for v in value.values():
+            yield from _tensors(v)
+
+
+def probe_input(shape: Shape, extra: int, like: Tensor | None) -> Tensor:
+    """A seeded random input of ``shape`` grown by ``extra`` per spatial axis, on ``like``'s
+    device and dtype."""
+    grown = (*shape[:2], *(n + extra for n in shape[2:]))
+    if like is None:
+        return torch.randn(grown, generator=torch.Generator().manual_seed(0))
+    g = torch.Generator(like.device).manual_seed(0)
+    return torch.randn(grown, generator=g, device=like.device, dtype=like.dtype)
+
+
+def probe_like(model: nn.Module, fname: str) -> tuple[tuple[int, ...], Tensor]:
+    """(1, channels, PROBE, ...) from the first conv in the model, and its weight (for the
+    device and dtype of the probe)."""
+    for module in model.modules():
+        m: Any = module
+        if isinstance(module, nn.modules.conv._ConvNd) or _layer(module) is not None:
+            channels = getattr(m, "in_channels", None)
+            weight = getattr(m, "weight", None)
+            if isinstance(channels, int) and isinstance(weight, Tensor):
+                nd = weight.dim() - 2
+                return (1, channels, *([PROBE] * nd)), weight
+    raise SurgeryError(
+        f"{fname}(): {type(model).__name__} holds no convolution to take the input's channels "
+        f"from; {fname} works on convolutional networks"
+    )
+
+
+def strides(first: Shape, second: Shape) -> dict[int, Fraction]:
+    """The spatial dims of one tensor (those that grew from ``PROBE`` to ``PROBE + STEP``)
+    and their strides."""
+    return {d: Fraction(STEP, b - a) for d, (a, b) in enumerate(zip(first, second)) if a != b}

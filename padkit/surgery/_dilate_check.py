@@ -30,8 +30,9 @@ from torch import Tensor, nn
 from torch.nn import functional as F
 from torch.overrides import TorchFunctionMode
 
+from ..recognise import func_name as _name
+from ._common import _tensors, strides
 from ._lattice import _base, _lattice, _pointwise
-from ._trace import _name, _tensors, strides
 
 _JOINS = frozenset({"cat", "concat", "concatenate", "stack"})
 

@@ -11,10 +11,10 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor, nn
 
+from ..recognise import REDUCTIONS
 from ..spec import _tuple_of
 from ._common import SurgeryError, _Layer
 from ._probe import NOT_HANDLED, Pairs, lattice_pairs
-from ._trace import REDUCTIONS
 
 
 class LatticeGate(nn.Module):
@@ -237,7 +237,9 @@ class _LatticePad:
     lattice of ``factor``, from the size of the call's own input (a module-level class, so
     a module rewired with it pickles). On an axis where ``restrided`` (the reader's stride
     became dilation) a TF 'same' rule keeps the dense length (:func:`lattice_pairs`);
-    ``more`` adds end cells that no lattice output reads (dilate's join check)."""
+    ``more`` adds end cells that no lattice output reads (dilate's join check). For a pad
+    written as ``torch.cat`` of the input with constant pieces, ``piece`` is the input's
+    index among the pieces (the whole ``cat`` becomes the pad)."""
 
     def __init__(
         self,
@@ -247,8 +249,10 @@ class _LatticePad:
         value: float,
         restrided: tuple[bool, ...] | None = None,
         more: tuple[int, ...] | None = None,
+        piece: int | None = None,
     ) -> None:
         self.op, self.rules, self.factor, self.value = op, rules, factor, value
+        self.piece = piece
         self.restrided = restrided if restrided is not None else (False,) * op.nd
         self.more = more if more is not None else (0,) * op.nd
 
@@ -265,7 +269,11 @@ class _LatticePad:
         )
 
     def __call__(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        x = args[0] if args else kwargs["input"]
+        piece = getattr(self, "piece", None)
+        if piece is not None:
+            x = (args[0] if args else kwargs["tensors"])[piece]
+        else:
+            x = args[0] if args else kwargs["input"]
         pairs = self.pairs(tuple(x.shape[-self.op.nd :]))
         flat = [p for lo_hi in reversed(pairs) for p in lo_hi]
         return torch.nn.functional.pad(x, flat, "constant", self.value)

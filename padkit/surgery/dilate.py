@@ -4,20 +4,24 @@ from __future__ import annotations
 
 import copy
 import functools
-from collections.abc import Sequence
-from dataclasses import replace
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from typing import Any
 
 import torch
 from torch import Tensor, nn
 
+from ..recognise import Pad, Record, func_name as _name, record as _record
 from ..spec import (
     Padding,
 )
 from . import _dilate_check as check
 from ._common import (
+    PROBE,
+    STEP,
     Change,
+    Shape,
     SurgeryError,
     SurgeryReport,
     _brief,
@@ -29,6 +33,10 @@ from ._common import (
     _layer,
     _paths_by_id,
     _replace,
+    _tensors,
+    probe_input,
+    probe_like,
+    strides,
 )
 from ._lattice import (
     _GATE_MODES,
@@ -46,24 +54,11 @@ from ._lattice import (
 from ._norms import LatticeNorm
 from ._probe import (
     Dispatch,
-    PadCall,
     base_name,
     module_op,
     owns,
     pad_rule,
     rewired,
-)
-from ._trace import (
-    PROBE,
-    STEP,
-    Event,
-    Shape,
-    _name,
-    _probe,
-    _tensors,
-    probe_like,
-    record,
-    strides,
 )
 
 _HINTS: dict[str, str] = {
@@ -72,6 +67,164 @@ _HINTS: dict[str, str] = {
         "model at output stride 32 and dilate that"
     ),
 }
+
+
+@dataclass
+class Event:
+    """One module call, or one torch call a module's own code made, as the recogniser's
+    :class:`~padkit.recognise.Record` holds it at the two probe sizes: ``path`` the module
+    (for a torch call, the module whose own code made it), ``call`` which call of it,
+    ``name`` the class or the name the function was called by, ``ordinal`` the record's
+    count of that function's name in that code (the key :func:`rewired` edits by), and the
+    shapes of its tensors per run. ``info`` holds the record's facts: ``op``, ``pad``,
+    ``reduce`` (with ``adaptive`` or ``norm``), ``elementwise``, ``training`` (a batch
+    norm's batch statistics); ``src`` the index of the pad event whose output it reads
+    first, and for a pad ``uses``, the calls that read its output."""
+
+    kind: str  # "module" or "function"
+    path: str
+    call: int
+    name: str
+    ordinal: int = 0
+    info: dict[str, Any] = field(default_factory=dict)
+    ins: list[list[Shape]] = field(default_factory=list)  # per run
+    outs: list[list[Shape]] = field(default_factory=list)  # per run
+
+
+def _read(rec: Record, opaque: Callable[[nn.Module], bool]) -> list[Event]:
+    """The events of one record in the order they began: every module call of the model
+    (those inside an ``opaque`` module's call excepted) and every torch call that reads a
+    tensor, made by the own code of a module outside every opaque call. A module made
+    during the forward (not in the model) is its caller's code."""
+    events: list[Event] = []
+    hidden: set[int] = set()  # module calls whose code is not read (opaque, or inside one)
+    owner: dict[int, int | None] = {}  # module call -> the model's module call it counts as
+    number: dict[int, int] = {}
+    counts: dict[str, int] = {}
+    made_by: dict[int, int] = {}  # a pad's output -> its event
+    place: list[tuple[int, int, int]] = []  # (at, 0 module / 1 call, index)
+    for m in rec.modules:
+        place.append((m.at, 0, m.index))
+    for c in rec.calls:
+        place.append((c.index, 1, c.index))
+    uses: dict[int, int] = {}
+
+    def link(event: Event, tid: int | None) -> None:
+        if tid is not None and tid in made_by:
+            event.info["src"] = made_by[tid]
+
+    def count(tids: Sequence[int]) -> None:
+        for t in tids:
+            if t in made_by:
+                uses[made_by[t]] = uses.get(made_by[t], 0) + 1
+
+    def shape(tid: int) -> Shape:
+        return tuple(rec.tensor(tid).shape)
+
+    for _, is_call, i in sorted(place):
+        if not is_call:
+            m = rec.modules[i]
+            parent = m.parent
+            if m.path == "?":
+                if parent in hidden:
+                    hidden.add(i)
+                owner[i] = owner.get(parent) if parent is not None else None
+                continue
+            number[i] = counts.get(m.path, 0)
+            counts[m.path] = number[i] + 1
+            owner[i] = i
+            if parent is not None and parent in hidden:
+                hidden.add(i)
+                continue
+            shut = m.module is not None and opaque(m.module)
+            if shut:
+                hidden.add(i)
+            event = Event("module", m.path, number[i], m.cls)
+            event.ins.append(list(m.in_shapes))
+            event.outs.append(list(m.out_shapes))
+            link(event, m.inputs[0] if m.inputs else None)
+            if shut:
+                count(m.inputs)
+            events.append(event)
+            continue
+        c = rec.calls[i]
+        at = owner.get(c.owner) if c.owner is not None else None
+        if at is None or c.owner in hidden or at in hidden or not c.reads:
+            continue
+        reads = list(c.reads)
+        if c.pad is not None and c.pad.form == "cat":
+            reads.insert(0, reads.pop(c.pad.piece))  # the padded tensor first
+        event = Event("function", rec.modules[at].path, number[at], c.func, c.ordinal)
+        info = event.info
+        if c.op is not None:
+            info["op"] = c.op
+        if c.pad is not None:
+            info["pad"] = c.pad
+        if c.reduce is not None:
+            info["reduce"] = c.reduce.dims
+            if c.reduce.kind != "reduce":
+                info[c.reduce.kind] = True
+        if c.elementwise:
+            info["elementwise"] = True
+        if c.batch_stats is not None:
+            info["training"] = c.batch_stats
+        event.ins.append([shape(t) for t in reads])
+        event.outs.append([shape(t) for t in c.makes])
+        link(event, c.pad.source if c.pad is not None else reads[0])
+        if c.makes:  # a size read is no use of the numbers
+            count(c.reads)
+        if c.pad is not None and c.makes:
+            made_by[c.makes[0]] = len(events)
+        events.append(event)
+    for j, n in uses.items():
+        events[j].info["uses"] = n
+    return events
+
+
+def _events(
+    model: nn.Module,
+    shape: Shape,
+    opaque: Callable[[nn.Module], bool],
+    like: Tensor | None = None,
+) -> list[Event]:
+    """The model's record at a random input of ``shape`` and at one ``STEP`` larger per
+    spatial axis (in eval mode, restored afterwards), read into merged events (``ins`` and
+    ``outs`` hold both runs' shapes)."""
+    runs: list[list[Event]] = []
+    modes = [(m, m.training) for m in model.modules()]
+    try:
+        model.eval()
+        for extra in (0, STEP):
+            x = probe_input(shape, extra, like)
+            try:
+                rec = _record(model, x)
+            except SurgeryError:
+                raise
+            except Exception as exc:
+                raise SurgeryError(
+                    f"the model does not run on a probe of shape {tuple(x.shape)} "
+                    f"({type(exc).__name__}: {exc}); padkit traces its strides that way"
+                ) from exc
+            runs.append(_read(rec, opaque))
+            del rec
+    finally:
+        for m, training in modes:
+            m.training = training
+    first, second = runs
+    if [(e.kind, e.path, e.name) for e in first] != [(e.kind, e.path, e.name) for e in second]:
+        raise SurgeryError(
+            "the model calls other modules or functions at other input sizes; "
+            "its strides cannot be traced"
+        )
+    for a, b in zip(first, second):
+        if len(a.ins[0]) != len(b.ins[0]) or len(a.outs[0]) != len(b.outs[0]):
+            raise SurgeryError(
+                f"{a.path or '<root>'!r} passes other tensors at other input sizes; "
+                "its strides cannot be traced"
+            )
+        a.ins.append(b.ins[0])
+        a.outs.append(b.outs[0])
+    return first
 
 
 _FUNCTIONS = {"max": "max_pool{nd}d", "avg": "avg_pool{nd}d", "lp": "lp_pool{nd}d"}
@@ -225,7 +378,7 @@ class _Dilation:
                 f"{where} on a map past the output stride, and its output is not read by "
                 "exactly one conv or pool, whose padding dilate could re-derive it for",
             )
-        pad: PadCall = event.info["pad"]
+        pad: Pad = event.info["pad"]
         if pad.mode != "constant":
             raise self.refuse(
                 event.path,
@@ -247,11 +400,7 @@ class _Dilation:
             if e.kind == "function" and e.path == event.path and "pad" in e.info
         ]
         name = base_name(event.name)
-        ordinal = [
-            k
-            for k, e in enumerate(self.events)
-            if e.kind == "function" and e.path == event.path and base_name(e.name) == name
-        ].index(i)
+        ordinal = event.ordinal
         sampled = sample_pads(
             self.module(event.path),
             event.ins[0][0],
@@ -279,7 +428,14 @@ class _Dilation:
         rules_ = [r for r in rules if r is not None]
         if reader.path not in self.plans and all(r == (0, 0) for r in rules_):
             return  # no pads, before a layer that keeps its attributes: nothing to re-derive
-        edit = _LatticePad(op, tuple(rules_), factor, pad.value, restrided or None)
+        edit = _LatticePad(
+            op,
+            tuple(rules_),
+            factor,
+            pad.value,
+            restrided or None,
+            piece=pad.piece if pad.form == "cat" else None,
+        )
         self.pad_edits.setdefault(event.path, {})[(name, ordinal)] = edit
         self.code_pads[reader.path] = (event.path, edit)
         keeps = any(isinstance(r, str) and c for r, c in zip(rules_, restrided))
@@ -715,14 +871,7 @@ class _Dilation:
                 "position of the original map, and the dense map's phases have other sizes",
             )
         spec = tuple((d, int(f)) for d, f in sorted(factors.items()) if d >= 2 and f > 1)
-        at = next(i for i, e in enumerate(self.events) if e is event)
-        ordinal = sum(
-            1
-            for e in self.events[:at]
-            if e.kind == "function"
-            and (e.path, e.call) == (event.path, event.call)
-            and _base(e.name) == name
-        )
+        ordinal = event.ordinal
         table = self.pad_edits.setdefault(event.path, {})
         seen = table.get((name, ordinal))
         if seen is not None:
@@ -1002,7 +1151,7 @@ def _trace(model: nn.Module, gate_kinds: dict[type, Any]) -> list[Event]:
         return _layer(m) is not None or type(m) in gate_kinds
 
     try:
-        return record(model, shape, opaque, like)
+        return _events(model, shape, opaque, like)
     except SurgeryError as exc:
         raise SurgeryError(f"dilate(): {exc}") from None
 
@@ -1102,7 +1251,7 @@ def dilate(
             f"accepted: {reachable} (its current output stride is {deepest})"
         )
     shape, like = _probe_like(model)
-    probes = [_probe(shape, extra, like) for extra in (0, STEP)]
+    probes = [probe_input(shape, extra, like) for extra in (0, STEP)]
     refs = [check.outputs(model, x) for x in probes]  # the original's, before any change
     out = model if inplace else _copy(model)
     plan = _Dilation(out, output_stride, gates)
@@ -1308,7 +1457,7 @@ def dilation_error(original: nn.Module, dilated: nn.Module, x: Tensor) -> float:
 
     def output_strides(model: nn.Module) -> list[dict[int, Fraction]]:
         try:
-            (root, *_) = record(model, shape, lambda m: True, x)
+            (root, *_) = _events(model, shape, lambda m: True, x)
         except SurgeryError as exc:
             raise SurgeryError(f"dilation_error(): {exc}") from None
         return [strides(a, b) for a, b in zip(root.outs[0], root.outs[1])]
