@@ -13,7 +13,7 @@ from torch import Tensor, nn
 
 from .. import functional as PF
 from ..op import TORCH_KINDS as _TORCH_KINDS_ALL, Op
-from ..recognise import layer_kind
+from ..recognise import layer_kind, record
 from ..spec import (
     Padding,
     PaddingError,
@@ -48,10 +48,7 @@ from ._common import (
 )
 from ._probe import (
     NOT_HANDLED,
-    call_op,
-    call_pad,
     module_op,
-    own_calls,
     owns,
     rewired,
 )
@@ -518,19 +515,8 @@ def _owned_call(module: nn.Module) -> Op | None:
     own = module_op(module)
     if own is None:
         return None
-    m: Any = module
     n = max(own.k_eff) + 2 * max(own.stride) + 1
-    x = torch.randn(1, 2, *([n] * own.nd))
-    try:
-        calls = own_calls(module, x)
-    except Exception:
-        return None
-    found = [op for op in (call_op(c[0], c[1], c[2]) for c in calls) if op is not None]
-    if len(found) != 1 or not owns(m, found[0]):
-        return None
-    if any(call_pad(c[0], c[1], c[2]) is not None for c in calls):
-        return None
-    return own
+    return own if _makes_one_own_call(module, torch.randn(1, 2, *([n] * own.nd))) else None
 
 
 def _owned_conv(module: nn.Module) -> Op | None:
@@ -547,17 +533,23 @@ def _owned_conv(module: nn.Module) -> Op | None:
     m: Any = module
     n = max(own.k_eff) + 2 * max(own.stride) + 1
     x = torch.randn(1, m.in_channels, *([n] * own.nd), dtype=m.weight.dtype, device=m.weight.device)
+    return own if _makes_one_own_call(module, x) else None
+
+
+def _makes_one_own_call(module: nn.Module, x: Tensor) -> bool:
+    """Whether ``module``'s own code (its children's excluded), run alone on ``x`` under the
+    recogniser's record, makes exactly one conv or pool call, the one its attributes say
+    (:func:`owns`), and no pad."""
     try:
-        calls = own_calls(module, x)
+        rec = record(module, x)
     except Exception:
-        return None
-    ops = [call_op(name, args, kwargs) for name, args, kwargs, _ in calls]
-    found = [op for op in ops if op is not None]
-    if len(found) != 1 or not owns(module, found[0]):
-        return None
-    if any(call_pad(name, args, kwargs) is not None for name, args, kwargs, _ in calls):
-        return None
-    return own
+        return False
+    root = next((mc.index for mc in rec.modules if mc.parent is None), None)
+    if root is None:
+        return False
+    own = list(rec.own_calls(root))
+    found = [c.op for c in own if c.op is not None]
+    return len(found) == 1 and owns(module, found[0]) and not any(c.pad is not None for c in own)
 
 
 class _PaddedConvCall:
