@@ -32,7 +32,7 @@ def taps_always(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 
     monkeypatch.setattr(_dispatch.HOOK.tuner, "measure", True)
     monkeypatch.setattr(_dispatch, "active", None)  # the torch side only
-    monkeypatch.setattr(_taps._TAPS, "decide", lambda key, *a: True)
+    monkeypatch.setattr(_taps._TAPS, "decide", lambda key, *a, **k: True)
     monkeypatch.setattr(_taps._TAPS, "known", lambda key: True)
     _taps._RAW.clear()
     yield
@@ -122,9 +122,9 @@ def test_timing_runs_once_a_class_has_run_often_and_tuning_off_skips_it(
     timed: list[Any] = []
     real = _taps._TAPS.decide
 
-    def spy(key: Any, *args: Any) -> bool:
+    def spy(key: Any, *args: Any, **kwargs: Any) -> bool:
         timed.append(key)
-        return real(key, *args)
+        return real(key, *args, **kwargs)
 
     monkeypatch.setattr(_taps._TAPS, "decide", spy)
     m = pnn.Conv1d(8, 8, 3, dilation=4, padding="causal").eval()

@@ -37,10 +37,14 @@ from ._common import Pairs
 #: turns the timing off (``PADKIT_NATIVE_TUNE=0``, ``padkit.native.set_tuning(False)``) and
 #: so do deterministic algorithms: then the torch plan runs.
 _TAPS = _tune.Tuner()
-#: calls of a signature class that run the plan untimed before the timing: a timing costs
-#: about as much as a dozen calls and gains a fraction of a call's time per call after it,
-#: so lengths seen a few times (variable-length audio, a stream's last chunk) never pay it
-TIME_AFTER = 64
+#: calls of a signature class that run the plan untimed before the timing, and the rounds
+#: of that timing (one call a side each, after one warm-up call each: about 8 calls). A
+#: timing gains a fraction of a call's time per call after it, so it is made only where
+#: the class has already run many times: at 256 it costs about 3 % of what the class has
+#: run, and lengths seen a few times (variable-length audio, a stream's last chunk, a first
+#: pass over new sizes) never pay it
+TIME_AFTER = 256
+QUICK_ROUNDS = 3
 _SEEN: dict[Any, int] = {}
 #: per raw call signature: whether the taps run (what a repeated call looks up)
 _RAW: dict[tuple[Any, ...], bool] = {}
@@ -128,20 +132,22 @@ def taps_if_faster(
         key = ("conv_taps", *_backend._conv_key("conv", x, weight, (1,), (d,), pads, 1, False)[1:])
         got = _TAPS.known(key)
         if got is None:
-            if _tune.timing():
-                return None  # inside another choice's timing: the plan, nothing recorded
             seen = _SEEN.get(key, 0)
-            if seen < TIME_AFTER:
+            if seen < TIME_AFTER and not _tune.timing():
                 if len(_SEEN) >= 4096:
                     _SEEN.clear()
                 _SEEN[key] = seen + 1
                 return None  # the torch plan, untimed, until the class has run often
+            # (inside the native backend's timing of its torch side this is that timing's
+            # warm-up call: deciding here lets the backend weigh oneDNN against the faster
+            # torch side, and the timed rounds after it run the choice made)
             with torch.no_grad():
                 got = _TAPS.decide(
                     key,
                     torch_plan,
                     lambda: conv1d_taps(x, weight, bias, pads, d),
                     contextlib.nullcontext,
+                    rounds=QUICK_ROUNDS,
                 )
         if len(_RAW) >= 4096:
             _RAW.clear()

@@ -168,14 +168,21 @@ class Tuner:
         run_torch: Callable[[], Any],
         run_native: Callable[[], Any],
         quiet: Callable[[], contextlib.AbstractContextManager[Any]],
+        *,
+        rounds: int | None = None,
     ) -> bool:
-        """Time both sides (``quiet()`` keeps the torch side off the backend) and remember."""
+        """Time both sides (``quiet()`` keeps the torch side off the backend) and remember.
+        ``rounds``: at most this many rounds of one call a side (a quick look, for a choice
+        between two exact executors that differ by much where they differ)."""
         with self._lock:
             got = self.choices.get(key)
             if got is not None:
                 return got
             with quiet(), _timing():
-                t_torch, t_native, steady = _time_pair(run_torch, run_native)
+                if rounds is None:
+                    t_torch, t_native, steady = _time_pair(run_torch, run_native)
+                else:
+                    t_torch, t_native, steady = _time_pair(run_torch, run_native, rounds)
             self.timings[key] = (t_torch, t_native)
             choice = self.choices[key] = t_native < t_torch * MARGIN
             self._evict()
@@ -245,7 +252,7 @@ def timing() -> bool:
 
 
 def _time_pair(
-    run_torch: Callable[[], Any], run_native: Callable[[], Any]
+    run_torch: Callable[[], Any], run_native: Callable[[], Any], quick: int | None = None
 ) -> tuple[float, float, bool]:
     """Seconds per call of each side, and whether the measurement was steady.
 
@@ -263,6 +270,8 @@ def _time_pair(
     fastest = max(min(t1 - t0, t2 - t1), 1e-7)
     rounds = SLOW_ROUNDS if slowest > SLOW else ROUNDS
     calls = max(1, min(BLOCK_CALLS, int(BLOCK / fastest)))
+    if quick is not None:
+        rounds, calls = min(rounds, quick), 1
     ts: list[float] = []
     ns: list[float] = []
     ratios: list[float] = []
