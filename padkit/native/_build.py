@@ -168,6 +168,10 @@ class Library:
             fn.restype = ctypes.c_int
         lib.padkit_impl.argtypes = [i64, ctypes.c_int, ctypes.c_char_p, ctypes.c_int64]
         lib.padkit_impl.restype = ctypes.c_int
+        lib.padkit_cache_mark.argtypes = []
+        lib.padkit_cache_mark.restype = ctypes.c_int64
+        lib.padkit_cache_drop_since.argtypes = [ctypes.c_int64]
+        lib.padkit_cache_drop_since.restype = ctypes.c_int
         lib.padkit_dnnl_error.restype = ctypes.c_char_p
         lib.padkit_dnnl_version.argtypes = [i64]
         lib.padkit_cpu_isa.argtypes = [i64]

@@ -254,9 +254,12 @@ class Hook:
                 self._first_sighting(memo)
                 return None
             if use is None or use is _NEW:
+                mark = _ops.cache_mark()
                 use = self._go(x, w, b) and self._conv_choice(
                     strategy, x, w, b, s, d, pads, groups, training, torch_run, transposed
                 )
+                if not use:  # left to torch: what the checks and the timing built goes
+                    _ops.drop_since(mark)
                 self._decided[memo] = use
             if not use:
                 return None
@@ -325,6 +328,7 @@ class Hook:
                 self._first_sighting(memo)
                 return None
             if use is None or use is _NEW:
+                mark = _ops.cache_mark()
                 use = (
                     self._pool_ok(k, s, d, pads, outs, x)
                     and _ops.pool_is_fast(kind, x, outs, k, s, d, pads, training=training)
@@ -344,6 +348,8 @@ class Hook:
                         return out
 
                     use = self._measured(key, (x,), torch_run, native, training)
+                if not use:  # left to torch: what the checks and the timing built goes
+                    _ops.drop_since(mark)
                 self._decided[memo] = use
             if not use:
                 if note is not None:

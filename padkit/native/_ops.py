@@ -49,6 +49,20 @@ def _library() -> Library:
     return _lib
 
 
+def cache_mark() -> int:
+    """A mark in the library's log of the primitives it builds (see :func:`drop_since`)."""
+    return -1 if _lib is None else int(_lib.lib.padkit_cache_mark())
+
+
+def drop_since(mark: int) -> None:
+    """Drop the primitives built since ``mark``, with the reorder buffers each keeps for its
+    signature (a blocked-layout copy of an input, weight or output, reused from call to
+    call): what checking and timing a signature built, where the backend then leaves that
+    signature to torch, would otherwise stay for the life of the process."""
+    if _lib is not None and mark >= 0:
+        _lib.lib.padkit_cache_drop_since(mark)
+
+
 def is_channels_last(x: Tensor) -> bool:
     fmt = _CL.get(x.dim())
     return fmt is not None and not x.is_contiguous() and x.is_contiguous(memory_format=fmt)

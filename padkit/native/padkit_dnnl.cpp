@@ -163,39 +163,48 @@ struct Params {
   }
 };
 
-// A user buffer seen through the layout a primitive wants: a reorder when they differ. The
-// buffer in the primitive's layout is allocated per call and freed when the call returns
-// (kept in the cache entry, it held up to three weight-sized copies per signature, and
-// tensor-sized ones, for as long as the process ran: training memory).
+// A user buffer seen through the layout a primitive wants: a reorder when they differ. In
+// inference the buffer in the primitive's layout is kept with the primitive and reused by
+// every call (allocated per call, a large one costs its page faults on every call:
+// depthwise 3x3 s2 at N = 8, NCHW, went from 0.46 to 1.00 of torch's time). In training it
+// is allocated per call and freed on return: a training step holds many signatures' passes
+// (forward, backward data, weight gradient) at once, and kept buffers had added a third to
+// tf_efficientnet_b0's peak memory. Either way it is overwritten by every call: no value
+// outlives its call.
 struct Staged {
   bool needed = false;
+  bool per_call = false;
   memory::desc want;
+  memory buf;  // kept (inference), or the current call's output buffer (training)
   reorder prim;
 
-  void setup(const memory::desc& user, const memory::desc& w, bool to_user) {
+  void setup(const memory::desc& user, const memory::desc& w, bool to_user, bool training) {
     needed = user != w;
     if (!needed) return;
     want = w;
-    memory buf(want, eng(), nullptr);
+    per_call = training;
+    buf = per_call ? memory(want, eng(), nullptr) : memory(want, eng());
     memory u(user, eng(), nullptr);
     prim = to_user ? reorder(buf, u) : reorder(u, buf);
   }
   // input: user memory -> what the primitive reads
-  memory in(const memory::desc& user, void* ptr) const {
+  memory in(const memory::desc& user, void* ptr) {
     memory u(user, eng(), ptr);
     if (!needed) return u;
-    memory buf(want, eng());
-    prim.execute(strm(), u, buf);
+    memory b = per_call ? memory(want, eng()) : buf;
+    prim.execute(strm(), u, b);
+    return b;
+  }
+  memory out(const memory::desc& user, void* ptr) {
+    if (!needed) return memory(user, eng(), ptr);
+    if (per_call) buf = memory(want, eng());
     return buf;
   }
-  memory out(const memory::desc& user, void* ptr) const {
-    return needed ? memory(want, eng()) : memory(user, eng(), ptr);
-  }
-  // output: what the primitive wrote (``out``'s buffer) -> user memory
-  void flush(const memory& buf, const memory::desc& user, void* ptr) const {
+  void flush(const memory::desc& user, void* ptr) {
     if (!needed) return;
     memory u(user, eng(), ptr);
-    prim.execute(strm(), {{DNNL_ARG_FROM, buf}, {DNNL_ARG_TO, u}});
+    prim.execute(strm(), buf, u);
+    if (per_call) buf = memory(want, eng(), nullptr);  // the call's buffer goes
   }
 };
 
@@ -207,13 +216,11 @@ struct ConvFwd {
 
 struct ConvBwdData {
   primitive prim;
-  memory::desc scratch;
   Staged diff_dst, wei, diff_src;
 };
 
 struct ConvBwdWei {
   primitive prim;
-  memory::desc scratch;
   Staged src, diff_dst, diff_wei;
 };
 
@@ -226,7 +233,6 @@ struct PoolFwd {
 
 struct PoolBwd {
   pooling_backward prim;
-  memory::desc scratch;
   Staged diff_dst, diff_src;
   memory::desc ws_md;
 };
@@ -249,32 +255,32 @@ void leak(Cache<T>& c) {
   c.clear();
 }
 
+// The entries made since a mark, in order: (which cache, key). The tuner marks before it
+// checks and times a signature and, where it leaves the signature to torch, drops what was
+// made since (the primitives and their reorder buffers would otherwise stay for the life
+// of the process). Bounded: past kMaxLog the log restarts and older marks drop nothing.
+constexpr size_t kMaxLog = 4096;
+std::vector<std::pair<int, std::vector<int64_t>>> g_made;
+uint64_t g_made_base = 0;  // the number of entries logged before g_made[0]
+
 template <class T>
-T* slot(Cache<T>& c, const std::vector<int64_t>& key, bool& fresh) {
+T* slot(Cache<T>& c, const std::vector<int64_t>& key, bool& fresh, int which) {
   auto it = c.find(key);
   if (it != c.end()) {
     fresh = false;
     return it->second.get();
   }
   if (c.size() >= kMaxEntries) c.clear();
+  if (g_made.size() >= kMaxLog) {
+    g_made_base += g_made.size();
+    g_made.clear();
+  }
+  g_made.emplace_back(which, key);
   fresh = true;
   auto& ref = c[key];
   ref = std::make_unique<T>();
   return ref.get();
 }
-
-// Each call allocates its primitive's scratchpad and frees it on return (oneDNN's own mode
-// keeps the largest scratchpad any primitive asked for, per thread, for the whole process).
-const primitive_attr& user_scratchpad() {
-  static const primitive_attr attr = [] {
-    primitive_attr a;
-    a.set_scratchpad_mode(scratchpad_mode::user);
-    return a;
-  }();
-  return attr;
-}
-
-memory scratchpad(const memory::desc& md) { return memory(md, eng()); }
 
 prop_kind fwd_prop(const Params& p) {
   return p.training ? prop_kind::forward_training : prop_kind::forward_inference;
@@ -283,14 +289,13 @@ prop_kind fwd_prop(const Params& p) {
 convolution_forward::primitive_desc conv_hint(const Params& p) {
   return convolution_forward::primitive_desc(eng(), fwd_prop(p), algorithm::convolution_direct,
                                              p.prim_src(), p.prim_wei(), p.bias_md(),
-                                             p.prim_dst(), p.s, p.d, p.pl, p.pr,
-                                             user_scratchpad());
+                                             p.prim_dst(), p.s, p.d, p.pl, p.pr);
 }
 
 deconvolution_forward::primitive_desc deconv_hint(const Params& p) {
   return deconvolution_forward::primitive_desc(
       eng(), fwd_prop(p), algorithm::deconvolution_direct, p.prim_src(), p.prim_wei(),
-      p.bias_md(), p.prim_dst(), p.s, p.d, p.pl, p.pr, user_scratchpad());
+      p.bias_md(), p.prim_dst(), p.s, p.d, p.pl, p.pr);
 }
 
 // oneDNN has no fast kernel for some pads on the blocked layout (a reference
@@ -320,26 +325,23 @@ void conv_forward(const int64_t* raw, void* src, void* wei, void* bias, void* ds
   std::lock_guard<std::mutex> lock(g_mutex);
   set_threads(p);
   bool fresh;
-  ConvFwd* e = slot(g_conv_fwd, p.key, fresh);
+  ConvFwd* e = slot(g_conv_fwd, p.key, fresh, 0);
   if (fresh) {
     const Params q = resolve_layout(p);
     e->pd = conv_fwd_pd(q);
     e->prim = primitive(e->pd);
-    e->src.setup(p.user_src(), e->pd.src_desc(), false);
-    e->wei.setup(p.user_wei(), e->pd.weights_desc(), false);
-    e->dst.setup(p.user_dst(), e->pd.dst_desc(), true);
+    e->src.setup(p.user_src(), e->pd.src_desc(), false, p.training != 0);
+    e->wei.setup(p.user_wei(), e->pd.weights_desc(), false, p.training != 0);
+    e->dst.setup(p.user_dst(), e->pd.dst_desc(), true, p.training != 0);
   }
   memory msrc = e->src.in(p.user_src(), src);
   memory mwei = e->wei.in(p.user_wei(), wei);  // read on every call: never a stale copy
   memory mdst = e->dst.out(p.user_dst(), dst);
   std::unordered_map<int, memory> args{
-      {DNNL_ARG_SRC, msrc},
-      {DNNL_ARG_WEIGHTS, mwei},
-      {DNNL_ARG_DST, mdst},
-      {DNNL_ARG_SCRATCHPAD, scratchpad(e->pd.scratchpad_desc())}};
+      {DNNL_ARG_SRC, msrc}, {DNNL_ARG_WEIGHTS, mwei}, {DNNL_ARG_DST, mdst}};
   if (p.has_bias) args[DNNL_ARG_BIAS] = memory(p.bias_md(), eng(), bias);
   e->prim.execute(strm(), args);
-  e->dst.flush(mdst, p.user_dst(), dst);
+  e->dst.flush(p.user_dst(), dst);
   strm().wait();
 }
 
@@ -348,41 +350,37 @@ void conv_backward_data(const int64_t* raw, void* diff_dst, void* wei, void* dif
   std::lock_guard<std::mutex> lock(g_mutex);
   set_threads(p);
   bool fresh;
-  ConvBwdData* e = slot(g_conv_bd, p.key, fresh);
+  ConvBwdData* e = slot(g_conv_bd, p.key, fresh, 1);
   memory::desc dsrc, dwei, ddst;
   if (fresh) {
     const Params q = resolve_layout(p);
     if (p.kind == 0) {
       auto pd = convolution_backward_data::primitive_desc(
           eng(), algorithm::convolution_direct, q.prim_src(), q.prim_wei(), q.prim_dst(), p.s,
-          p.d, p.pl, p.pr, conv_hint(q), user_scratchpad());
+          p.d, p.pl, p.pr, conv_hint(q));
       e->prim = convolution_backward_data(pd);
-      e->scratch = pd.scratchpad_desc();
       dsrc = pd.diff_src_desc();
       dwei = pd.weights_desc();
       ddst = pd.diff_dst_desc();
     } else {
       auto pd = deconvolution_backward_data::primitive_desc(
           eng(), algorithm::deconvolution_direct, q.prim_src(), q.prim_wei(), q.prim_dst(), p.s,
-          p.d, p.pl, p.pr, deconv_hint(q), user_scratchpad());
+          p.d, p.pl, p.pr, deconv_hint(q));
       e->prim = deconvolution_backward_data(pd);
-      e->scratch = pd.scratchpad_desc();
       dsrc = pd.diff_src_desc();
       dwei = pd.weights_desc();
       ddst = pd.diff_dst_desc();
     }
-    e->diff_dst.setup(p.user_dst(), ddst, false);
-    e->wei.setup(p.user_wei(), dwei, false);
-    e->diff_src.setup(p.user_src(), dsrc, true);
+    e->diff_dst.setup(p.user_dst(), ddst, false, p.training != 0);
+    e->wei.setup(p.user_wei(), dwei, false, p.training != 0);
+    e->diff_src.setup(p.user_src(), dsrc, true, p.training != 0);
   }
   memory mdd = e->diff_dst.in(p.user_dst(), diff_dst);
   memory mwei = e->wei.in(p.user_wei(), wei);
   memory mds = e->diff_src.out(p.user_src(), diff_src);
-  e->prim.execute(strm(), {{DNNL_ARG_DIFF_DST, mdd},
-                           {DNNL_ARG_WEIGHTS, mwei},
-                           {DNNL_ARG_DIFF_SRC, mds},
-                           {DNNL_ARG_SCRATCHPAD, scratchpad(e->scratch)}});
-  e->diff_src.flush(mds, p.user_src(), diff_src);
+  e->prim.execute(strm(), {{DNNL_ARG_DIFF_DST, mdd}, {DNNL_ARG_WEIGHTS, mwei},
+                           {DNNL_ARG_DIFF_SRC, mds}});
+  e->diff_src.flush(p.user_src(), diff_src);
   strm().wait();
 }
 
@@ -392,44 +390,39 @@ void conv_backward_weights(const int64_t* raw, void* src, void* diff_dst, void* 
   std::lock_guard<std::mutex> lock(g_mutex);
   set_threads(p);
   bool fresh;
-  ConvBwdWei* e = slot(g_conv_bw, p.key, fresh);
+  ConvBwdWei* e = slot(g_conv_bw, p.key, fresh, 2);
   if (fresh) {
     const Params q = resolve_layout(p);
     memory::desc s, dw, dd;
     if (p.kind == 0) {
       auto pd = convolution_backward_weights::primitive_desc(
           eng(), algorithm::convolution_direct, q.prim_src(), q.prim_wei(), p.bias_md(),
-          q.prim_dst(), p.s, p.d, p.pl, p.pr, conv_hint(q), user_scratchpad());
+          q.prim_dst(), p.s, p.d, p.pl, p.pr, conv_hint(q));
       e->prim = convolution_backward_weights(pd);
-      e->scratch = pd.scratchpad_desc();
       s = pd.src_desc();
       dw = pd.diff_weights_desc();
       dd = pd.diff_dst_desc();
     } else {
       auto pd = deconvolution_backward_weights::primitive_desc(
           eng(), algorithm::deconvolution_direct, q.prim_src(), q.prim_wei(), p.bias_md(),
-          q.prim_dst(), p.s, p.d, p.pl, p.pr, deconv_hint(q), user_scratchpad());
+          q.prim_dst(), p.s, p.d, p.pl, p.pr, deconv_hint(q));
       e->prim = deconvolution_backward_weights(pd);
-      e->scratch = pd.scratchpad_desc();
       s = pd.src_desc();
       dw = pd.diff_weights_desc();
       dd = pd.diff_dst_desc();
     }
-    e->src.setup(p.user_src(), s, false);
-    e->diff_dst.setup(p.user_dst(), dd, false);
-    e->diff_wei.setup(p.user_wei(), dw, true);
+    e->src.setup(p.user_src(), s, false, p.training != 0);
+    e->diff_dst.setup(p.user_dst(), dd, false, p.training != 0);
+    e->diff_wei.setup(p.user_wei(), dw, true, p.training != 0);
   }
   memory ms = e->src.in(p.user_src(), src);
   memory mdd = e->diff_dst.in(p.user_dst(), diff_dst);
   memory mdw = e->diff_wei.out(p.user_wei(), diff_wei);
   std::unordered_map<int, memory> args{
-      {DNNL_ARG_SRC, ms},
-      {DNNL_ARG_DIFF_DST, mdd},
-      {DNNL_ARG_DIFF_WEIGHTS, mdw},
-      {DNNL_ARG_SCRATCHPAD, scratchpad(e->scratch)}};
+      {DNNL_ARG_SRC, ms}, {DNNL_ARG_DIFF_DST, mdd}, {DNNL_ARG_DIFF_WEIGHTS, mdw}};
   if (p.has_bias) args[DNNL_ARG_DIFF_BIAS] = memory(p.bias_md(), eng(), diff_bias);
   e->prim.execute(strm(), args);
-  e->diff_wei.flush(mdw, p.user_wei(), diff_wei);
+  e->diff_wei.flush(p.user_wei(), diff_wei);
   strm().wait();
 }
 
@@ -456,17 +449,17 @@ memory::desc pool_md(const Params& p, const dims_t& dims, const memory::desc& us
 pooling_forward::primitive_desc pool_fwd_pd(const Params& p) {
   return pooling_forward::primitive_desc(
       eng(), fwd_prop(p), pool_alg(p), pool_md(p, p.src_dims(), p.user_src()),
-      pool_md(p, p.dst_dims(), p.user_dst()), p.s, p.k, p.d, p.pl, p.pr, user_scratchpad());
+      pool_md(p, p.dst_dims(), p.user_dst()), p.s, p.k, p.d, p.pl, p.pr);
 }
 
 PoolFwd* pool_fwd_entry(const Params& p) {
   bool fresh;
-  PoolFwd* e = slot(g_pool_fwd, p.key, fresh);
+  PoolFwd* e = slot(g_pool_fwd, p.key, fresh, 3);
   if (fresh) {
     e->pd = pool_fwd_pd(p);
     e->prim = pooling_forward(e->pd);
-    e->src.setup(p.user_src(), e->pd.src_desc(), false);
-    e->dst.setup(p.user_dst(), e->pd.dst_desc(), true);
+    e->src.setup(p.user_src(), e->pd.src_desc(), false, p.training != 0);
+    e->dst.setup(p.user_dst(), e->pd.dst_desc(), true, p.training != 0);
     e->ws_md = e->pd.workspace_desc();
   }
   return e;
@@ -485,11 +478,10 @@ void pool_forward(const int64_t* raw, void* src, void* dst, void* ws) {
   PoolFwd* e = pool_fwd_entry(p);
   memory ms = e->src.in(p.user_src(), src);
   memory md = e->dst.out(p.user_dst(), dst);
-  std::unordered_map<int, memory> args{
-      {DNNL_ARG_SRC, ms}, {DNNL_ARG_DST, md}, {DNNL_ARG_SCRATCHPAD, scratchpad(e->pd.scratchpad_desc())}};
+  std::unordered_map<int, memory> args{{DNNL_ARG_SRC, ms}, {DNNL_ARG_DST, md}};
   if (e->ws_md.get_size() > 0) args[DNNL_ARG_WORKSPACE] = memory(e->ws_md, eng(), ws);
   e->prim.execute(strm(), args);
-  e->dst.flush(md, p.user_dst(), dst);
+  e->dst.flush(p.user_dst(), dst);
   strm().wait();
 }
 
@@ -498,27 +490,23 @@ void pool_backward(const int64_t* raw, void* diff_dst, void* diff_src, void* ws)
   std::lock_guard<std::mutex> lock(g_mutex);
   set_threads(p);
   bool fresh;
-  PoolBwd* e = slot(g_pool_bwd, p.key, fresh);
+  PoolBwd* e = slot(g_pool_bwd, p.key, fresh, 4);
   if (fresh) {
     auto hint = pool_fwd_entry(p)->pd;
     auto pd = pooling_backward::primitive_desc(
         eng(), pool_alg(p), pool_md(p, p.src_dims(), p.user_src()),
-        pool_md(p, p.dst_dims(), p.user_dst()), p.s, p.k, p.d, p.pl, p.pr, hint,
-        user_scratchpad());
+        pool_md(p, p.dst_dims(), p.user_dst()), p.s, p.k, p.d, p.pl, p.pr, hint);
     e->prim = pooling_backward(pd);
-    e->scratch = pd.scratchpad_desc();
-    e->diff_dst.setup(p.user_dst(), pd.diff_dst_desc(), false);
-    e->diff_src.setup(p.user_src(), pd.diff_src_desc(), true);
+    e->diff_dst.setup(p.user_dst(), pd.diff_dst_desc(), false, p.training != 0);
+    e->diff_src.setup(p.user_src(), pd.diff_src_desc(), true, p.training != 0);
     e->ws_md = pd.workspace_desc();
   }
   memory mdd = e->diff_dst.in(p.user_dst(), diff_dst);
   memory mds = e->diff_src.out(p.user_src(), diff_src);
-  std::unordered_map<int, memory> args{{DNNL_ARG_DIFF_DST, mdd},
-                                       {DNNL_ARG_DIFF_SRC, mds},
-                                       {DNNL_ARG_SCRATCHPAD, scratchpad(e->scratch)}};
+  std::unordered_map<int, memory> args{{DNNL_ARG_DIFF_DST, mdd}, {DNNL_ARG_DIFF_SRC, mds}};
   if (e->ws_md.get_size() > 0) args[DNNL_ARG_WORKSPACE] = memory(e->ws_md, eng(), ws);
   e->prim.execute(strm(), args);
-  e->diff_src.flush(mds, p.user_src(), diff_src);
+  e->diff_src.flush(p.user_src(), diff_src);
   strm().wait();
 }
 
@@ -532,8 +520,7 @@ std::string impl_name(const int64_t* raw, int which) {
     if (which == 0) return fwd.impl_info_str();
     return pooling_backward::primitive_desc(
                eng(), pool_alg(p), pool_md(p, p.src_dims(), p.user_src()),
-               pool_md(p, p.dst_dims(), p.user_dst()), p.s, p.k, p.d, p.pl, p.pr, fwd,
-               user_scratchpad())
+               pool_md(p, p.dst_dims(), p.user_dst()), p.s, p.k, p.d, p.pl, p.pr, fwd)
         .impl_info_str();
   }
   const Params q = resolve_layout(p);
@@ -542,27 +529,29 @@ std::string impl_name(const int64_t* raw, int which) {
     if (which == 1) {
       return convolution_backward_data::primitive_desc(eng(), algorithm::convolution_direct,
                                                        q.prim_src(), q.prim_wei(), q.prim_dst(),
-                                                       q.s, q.d, q.pl, q.pr, conv_hint(q), user_scratchpad())
+                                                       q.s, q.d, q.pl, q.pr, conv_hint(q))
           .impl_info_str();
     }
     return convolution_backward_weights::primitive_desc(
                eng(), algorithm::convolution_direct, q.prim_src(), q.prim_wei(), q.bias_md(),
-               q.prim_dst(), q.s, q.d, q.pl, q.pr, conv_hint(q), user_scratchpad())
+               q.prim_dst(), q.s, q.d, q.pl, q.pr, conv_hint(q))
         .impl_info_str();
   }
   if (which == 1) {
     return deconvolution_backward_data::primitive_desc(
                eng(), algorithm::deconvolution_direct, q.prim_src(), q.prim_wei(), q.prim_dst(),
-               q.s, q.d, q.pl, q.pr, deconv_hint(q), user_scratchpad())
+               q.s, q.d, q.pl, q.pr, deconv_hint(q))
         .impl_info_str();
   }
   return deconvolution_backward_weights::primitive_desc(
              eng(), algorithm::deconvolution_direct, q.prim_src(), q.prim_wei(), q.bias_md(),
-             q.prim_dst(), q.s, q.d, q.pl, q.pr, deconv_hint(q), user_scratchpad())
+             q.prim_dst(), q.s, q.d, q.pl, q.pr, deconv_hint(q))
       .impl_info_str();
 }
 
 void clear_all() {
+  g_made_base += g_made.size();
+  g_made.clear();
   g_conv_fwd.clear();
   g_conv_bd.clear();
   g_conv_bw.clear();
@@ -579,6 +568,7 @@ void after_fork_child() {
   g_mutex.unlock();
   // the entries are leaked, not destroyed: their destructors may touch state (OpenMP,
   // oneDNN's scratchpads) that belonged to the parent's threads
+  g_made.clear();
   leak(g_conv_fwd);
   leak(g_conv_bd);
   leak(g_conv_bw);
@@ -664,6 +654,29 @@ int padkit_impl(const int64_t* p, int which, char* buf, int64_t len) {
 int padkit_clear_cache() {
   std::lock_guard<std::mutex> lock(g_mutex);
   clear_all();
+  return 0;
+}
+
+int64_t padkit_cache_mark() {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  return static_cast<int64_t>(g_made_base + g_made.size());
+}
+
+int padkit_cache_drop_since(int64_t mark) {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  if (mark < 0 || static_cast<uint64_t>(mark) < g_made_base) return 0;
+  size_t from = static_cast<size_t>(static_cast<uint64_t>(mark) - g_made_base);
+  for (size_t i = from; i < g_made.size(); ++i) {
+    const auto& key = g_made[i].second;
+    switch (g_made[i].first) {
+      case 0: g_conv_fwd.erase(key); break;
+      case 1: g_conv_bd.erase(key); break;
+      case 2: g_conv_bw.erase(key); break;
+      case 3: g_pool_fwd.erase(key); break;
+      default: g_pool_bwd.erase(key); break;
+    }
+  }
+  if (from < g_made.size()) g_made.resize(from);
   return 0;
 }
 
