@@ -51,6 +51,7 @@ from ..recognise._calls import (
     module_op as module_op,
     owns as owns,
 )
+from ..recognise._record import _flat
 from ..spec import Padding, PaddingError
 
 # ----------------------------------------------------------------------------- own code
@@ -313,16 +314,6 @@ def _equal(a: Any, b: Any) -> bool:
     return len(ta) == len(tb) and all(
         x.shape == y.shape and bool(torch.equal(x, y)) for x, y in zip(ta, tb)
     )
-
-
-def _flat(value: Any) -> list[Tensor]:
-    if isinstance(value, Tensor):
-        return [value]
-    if isinstance(value, (list, tuple)):
-        return [t for v in value for t in _flat(v)]
-    if isinstance(value, dict):
-        return [t for v in value.values() for t in _flat(v)]
-    return []
 
 
 def _rewired_forward(self: nn.Module, *args: Any, **kwargs: Any) -> Any:
