@@ -739,3 +739,19 @@ def test_a_subclass_overriding_an_elementwise_forward_is_measured() -> None:
     model = nn.Sequential(pn.Conv1d(1, 1, 3, padding="causal"), NotReally()).double()
     with pytest.raises(PaddingError, match=r"cannot stream NotReally '1': measured"):
         first_step(StreamingModule(model, check=False), torch.randn(1, 1, 9, dtype=torch.float64))
+
+
+def test_an_empty_chunk_is_checked_like_any_other() -> None:
+    # a layer fed an empty chunk returns its empty output without running, but only after
+    # the chunk's channels and dtype were checked against the stream's state
+    model = nn.Sequential(pn.Conv1d(2, 3, 3, padding="causal"), nn.ReLU()).eval()
+    stream = StreamingModule(model)
+    state = stream.init_state(example=torch.zeros(1, 2, 4))
+    _, state = stream.step(torch.randn(1, 2, 4), state)
+    y, after = stream.step(torch.zeros(1, 2, 0), state)
+    assert tuple(y.shape) == (1, 3, 0)
+    assert all(torch.equal(after[k], state[k]) for k in state)
+    with pytest.raises(PaddingError, match="chunk has 5 channels"):
+        stream.step(torch.zeros(1, 5, 0), state)
+    with pytest.raises(PaddingError, match=r"chunk has dtype torch\.float64"):
+        stream.step(torch.zeros(1, 2, 0, dtype=torch.float64), state)

@@ -1301,19 +1301,6 @@ class StreamingModule(nn.Module):
                 "a layer applied to two signals needs one state per use (use two layers)"
             )
         ctx.called.add(plan.name)
-        if (
-            isinstance(x, Tensor)
-            and x.dim() == plan.nd + 2
-            and x.shape[2 + plan.ti] == 0
-            and ctx.lookahead is None
-            and ctx.static_pos is None
-            and ctx.record is None
-            and plan.key_buf in ctx.state_in
-            and plan.key_pos in ctx.state_in
-        ):
-            # an empty chunk (an upstream stride is buffering): no window completes and the
-            # state stays as it is (a step keeps the entries it does not write)
-            return self._empty(plan, layer, x)
         if not isinstance(x, Tensor) or x.dim() != plan.nd + 2:
             raise PaddingError(
                 f"StreamingModule: {type(layer).__name__} {plan.name!r} got an input of shape "
@@ -1357,6 +1344,11 @@ class StreamingModule(nn.Module):
             )
         if ctx.lookahead is not None:
             return self._run_layer_lookahead(plan, layer, x, buf, pos, ctx)
+        if length == 0 and ctx.static_pos is None and ctx.record is None:
+            # an empty chunk (checked above like any other; an upstream stride is
+            # buffering): no window completes, and the state stays as it is (a step keeps
+            # the entries it does not write)
+            return self._empty(plan, layer, x)
         if ctx.static_pos is not None:
             pos_i = ctx.static_pos[plan.name]
             mixed = True
