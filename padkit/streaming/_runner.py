@@ -61,8 +61,7 @@ from __future__ import annotations
 
 import math
 import threading
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from fractions import Fraction
 from typing import Any
 
@@ -100,6 +99,10 @@ def _layer_call(self: Any, x: Any = None, *args: Any, **kwargs: Any) -> Any:
     machinery is skipped (it would run once per layer and step, the overhead that matters
     for small chunks)."""
     runner, plan, layer = self._padkit_stream
+    if plan.fast and not plan.pre_hooks and not args and not kwargs:  # a plain causal conv1d
+        y = _lean_step(runner.__dict__["_ctx"], plan, layer, x)
+        if y is not None:
+            return y
     return runner._call_layer(plan, layer, x, args, kwargs)
 
 
@@ -439,18 +442,6 @@ class StreamingModule(nn.Module):
                     )
                 )
 
-    @contextmanager
-    def _swapped(self) -> Iterator[None]:
-        done: list[tuple[nn.Module, str, nn.Module]] = []
-        try:
-            for parent, key, layer, stand_in in self._slots:
-                parent._modules[key] = stand_in
-                done.append((parent, key, layer))
-            yield
-        finally:
-            for parent, key, layer in reversed(done):
-                parent._modules[key] = layer
-
     @property
     def layers(self) -> dict[str, tuple[int, int, int, int]]:
         """Each streamed layer's time-axis ``(kernel, stride, dilation, left pad)``."""
@@ -598,12 +589,10 @@ class StreamingModule(nn.Module):
                 )
             return
         dim = self.axis if self.axis >= 0 else chunk.dim() + self.axis
-        key = (
-            tuple(int(v) for i, v in enumerate(chunk.shape) if i not in (0, dim)),
-            chunk.dtype,
-            str(chunk.device),
-            self.model.training,
-        )
+        shape = chunk.shape
+        # the input's shape but for its batch and time sizes (torch.Size slices: plain ints)
+        training = self._modules["model"].training  # type: ignore[union-attr]
+        key = (shape[1:dim], shape[dim + 1 :], chunk.dtype, chunk.device, training)
         if key in self._checked:
             return
         with self._lock:
@@ -789,14 +778,15 @@ class StreamingModule(nn.Module):
                 return out, held
         ctx = _Context(state_in=state, lazy=lazy, chunk=_described(chunk))
         out = self._run(x, ctx, "flush()" if final else "step()")
-        new_state = dict(ctx.created)
-        new_state.update(state)
-        new_state.update(ctx.state_out)
+        new_state = {**ctx.created, **state, **ctx.state_out}
         new_state.pop(_STARTUP_KEY, None)
         return out, new_state
 
     def _has_reflect(self) -> bool:
-        return any(p.reflect for p in self._plans.values())
+        found = self.__dict__.get("_any_reflect")
+        if found is None:  # once per stream (its layers are fixed when it is made)
+            found = self.__dict__["_any_reflect"] = any(p.reflect for p in self._plans.values())
+        return bool(found)
 
     def _at_start(self, state: StreamState) -> bool:
         """Whether the reflect-padded layers have not started yet (all rows)."""
@@ -1139,13 +1129,24 @@ class StreamingModule(nn.Module):
 
     def _run(self, chunk: Tensor, ctx: _Context, where: str = "step()") -> Any:
         with self._lock:
-            self._check_modes()
-            self._ctx = ctx
+            if self._batch_norms:
+                self._check_modes()
+            # plain dict access on the hot path: nn.Module's __setattr__ and __getattr__ (a
+            # failed lookup, then the submodule) cost more than the rest of a small step
+            attrs = self.__dict__
+            attrs["_ctx"] = ctx
+            slots = self._slots
             try:
                 if self._root_stand_in is not None:
                     return self._root_stand_in(chunk)
-                with self._swapped():
-                    return self.model(chunk)
+                # the stand-ins in their parents' places for the model's run
+                for parent, key, _, stand_in in slots:
+                    parent._modules[key] = stand_in
+                try:
+                    return self._modules["model"](chunk)  # type: ignore[misc]
+                finally:
+                    for parent, key, layer, _ in reversed(slots):
+                        parent._modules[key] = layer
             except PaddingError:
                 raise
             except Exception as err:
@@ -1154,7 +1155,7 @@ class StreamingModule(nn.Module):
                 dim = self.axis if self.axis >= 0 else chunk.dim() + self.axis
                 raise self._model_raised(err, int(chunk.shape[dim]), where) from err
             finally:
-                self._ctx = None
+                attrs["_ctx"] = None
 
     def _model_raised(self, err: BaseException, length: int, where: str) -> ModelRaised:
         """The padkit error for what the model's code raised on a run of ``length`` samples,
@@ -1188,60 +1189,14 @@ class StreamingModule(nn.Module):
         key = (id(pos), length)
         new = ctx.advanced.get(key)
         if new is None:
-            new = pos + length
+            new = pos.add(length)  # the method: Tensor.__add__ is a Python wrapper
             ctx.advanced[key] = new
             ctx.advanced[(id(new), -1)] = pos  # keeps ``pos`` alive, so its id stays unique
         return new
 
     def _run_fast(self, plan: _Plan, layer: Any, x: Tensor) -> Tensor | None:
-        """The lean step of a stride-1 causal 1-d conv: ``cat``, ``conv1d``, a view of the
-        tail. None when anything is unusual (the general path then checks and explains)."""
-        ctx = self._ctx
-        if (
-            ctx is None
-            or ctx.static_pos is not None
-            or ctx.lookahead is not None
-            or ctx.record is not None
-            or plan.name in ctx.called
-            or not isinstance(x, Tensor)
-            or x.dim() != 3
-        ):
-            return None
-        buf = ctx.state_in.get(plan.key_buf)
-        pos = ctx.state_in.get(plan.key_pos)
-        length = x.shape[2]
-        if (
-            buf is None
-            or pos is None
-            or length == 0
-            or buf.shape[0] != x.shape[0]
-            or buf.shape[1] != x.shape[1]
-            or buf.shape[2] != plan.history
-            or buf.dtype != x.dtype
-            or buf.device != x.device
-        ):
-            return None
-        ctx.called.add(plan.name)
-        cat = torch.cat((buf, x), 2)
-        dil = plan.d[0]
-        if length == 1 and dil > 1:
-            # one output: its taps, every dil-th sample, through the undilated conv (torch's
-            # dilated CPU conv costs several times more per call)
-            y = F.conv1d(cat[:, :, ::dil], layer.weight, layer.bias, 1, 0, 1, layer.groups)
-        elif dil > 1 and layer.groups == 1 and length <= 512 and not cat.is_cuda:
-            # a few outputs of a dilated conv: their taps as a matrix, one matmul (channel-
-            # major, as the weight is stored: the weight is read as a view on every step)
-            weight = layer.weight
-            k = int(weight.shape[2])
-            taps = cat.unfold(2, plan.k_eff, 1)[..., ::dil]  # (N, C, L, k)
-            flat = taps.permute(0, 2, 1, 3).reshape(cat.shape[0], length, cat.shape[1] * k)
-            y = F.linear(flat, weight.reshape(weight.shape[0], -1), layer.bias).transpose(1, 2)
-        else:
-            y = F.conv1d(cat, layer.weight, layer.bias, 1, 0, plan.d, layer.groups)
-        tail = cat.narrow(2, length, plan.history)
-        ctx.state_out[plan.key_buf] = tail.clone() if length > 3 * plan.history else tail
-        ctx.state_out[plan.key_pos] = self._advance(ctx, pos, length)
-        return y
+        """The lean step of a stride-1 causal 1-d conv (see :func:`_lean_step`)."""
+        return _lean_step(self._ctx, plan, layer, x)
 
     def _call_layer(
         self, plan: _Plan, layer: nn.Module, x: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
@@ -1602,10 +1557,84 @@ class StreamingModule(nn.Module):
         )
 
 
+# classes whose ``weight`` and ``bias`` are plain registered parameters (no class-level
+# descriptor such as a parametrization's property): read from ``_parameters`` directly
+_PLAIN_PARAMS: dict[type, bool] = {}
+
+
+def _lean_step(ctx: _Context | None, plan: _Plan, layer: Any, x: Any) -> Tensor | None:
+    """The lean step of a stride-1 causal 1-d conv: ``cat``, ``conv1d``, a view of the
+    tail. None when anything is unusual (the general path then checks and explains)."""
+    if (
+        ctx is None
+        or ctx.static_pos is not None
+        or ctx.lookahead is not None
+        or ctx.record is not None
+        or not isinstance(x, Tensor)
+    ):
+        return None
+    state_in = ctx.state_in
+    buf = state_in.get(plan.key_buf)
+    pos = state_in.get(plan.key_pos)
+    if buf is None or pos is None or plan.name in ctx.called:
+        return None
+    xs = x.shape
+    bs = buf.shape
+    if (
+        len(xs) != 3
+        or xs[2] == 0
+        or bs[:2] != xs[:2]
+        or bs[2] != plan.history
+        or buf.dtype is not x.dtype
+        or buf.device != x.device
+    ):
+        return None
+    length = xs[2]
+    ctx.called.add(plan.name)
+    # layer.weight and layer.bias without nn.Module's __getattr__ (a failed lookup that
+    # formats an error message, then the dict) where the class adds no descriptor
+    cls = type(layer)
+    plain = _PLAIN_PARAMS.get(cls)
+    if plain is None:
+        plain = _PLAIN_PARAMS[cls] = not (hasattr(cls, "weight") or hasattr(cls, "bias"))
+    params = layer._parameters
+    weight = params.get("weight") if plain else None
+    if weight is not None and "bias" in params:
+        bias = params["bias"]
+    else:
+        weight, bias = layer.weight, layer.bias
+    cat = torch.cat((buf, x), 2)
+    dil = plan.d[0]
+    if length == 1 and dil > 1:
+        # one output: its taps, every dil-th sample, through the undilated conv (torch's
+        # dilated CPU conv costs several times more per call)
+        y = F.conv1d(cat[:, :, ::dil], weight, bias, 1, 0, 1, layer.groups)
+    elif dil > 1 and layer.groups == 1 and length <= 512 and not cat.is_cuda:
+        # a few outputs of a dilated conv: their taps as a matrix, one matmul (channel-
+        # major, as the weight is stored: the weight is read as a view on every step)
+        k = int(weight.shape[2])
+        taps = cat.unfold(2, plan.k_eff, 1)[..., ::dil]  # (N, C, L, k)
+        flat = taps.permute(0, 2, 1, 3).reshape(cat.shape[0], length, cat.shape[1] * k)
+        y = F.linear(flat, weight.reshape(weight.shape[0], -1), bias).transpose(1, 2)
+    else:
+        y = F.conv1d(cat, weight, bias, 1, 0, plan.d, layer.groups)
+    tail = cat.narrow(2, length, plan.history)
+    ctx.state_out[plan.key_buf] = tail.clone() if length > 3 * plan.history else tail
+    # the sample count advanced once per step for the layers that share it (as _advance)
+    advanced = ctx.advanced
+    key = (id(pos), length)
+    new = advanced.get(key)
+    if new is None:
+        new = advanced[key] = pos.add(length)
+        advanced[(id(new), -1)] = pos  # keeps ``pos`` alive, so its id stays unique
+    ctx.state_out[plan.key_pos] = new
+    return y
+
+
 def _described(chunk: Any) -> tuple[tuple[int, ...], torch.dtype, torch.device] | None:
     if not isinstance(chunk, Tensor):
         return None
-    return tuple(int(n) for n in chunk.shape), chunk.dtype, chunk.device
+    return tuple(chunk.shape), chunk.dtype, chunk.device
 
 
 def _wrong_input(

@@ -5,7 +5,6 @@ entries for a layer, and the per-step context the stand-ins read and write."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -22,32 +21,60 @@ _POS_KEY = "<stream>.pos"
 _STARTUP_KEY = "<stream>.startup"
 
 
-@dataclass
 class _Context:
     """One step's inputs and outputs: the state read, the entries written, and how the
-    step runs (lazy state creation, export phases, lookahead span, probes)."""
+    step runs (lazy state creation, export phases, lookahead span, probes). A plain class
+    with slots: one is made per step, and its fields are read on every layer call."""
 
-    state_in: StreamState
-    state_out: StreamState = field(default_factory=dict)
-    lazy: bool = False
-    created: StreamState = field(default_factory=dict)
-    static_pos: dict[str, int] | None = None
-    # lookahead mode: (start, next start, end) input samples of this step: every tensor
-    # covers its clock's samples from start to the end; those before the next start
-    # become history
-    lookahead: tuple[int, int, int] | None = None
-    clocks: Any = None  # lookahead mode: the stream's Clocks
-    record: dict[str, tuple[int, int]] | None = None
-    # a run whose outputs and new state are thrown away (init_state's shape probe, the
-    # start-up length search): reflect layers may get fewer samples than their pad
-    shape_only: bool = False
-    called: set[str] = field(default_factory=set)
-    # per step: a layer's sample count advanced by the chunk length, shared by the layers
-    # that hold the same count tensor (saves one tensor op per layer)
-    advanced: dict[tuple[int, int], Tensor] = field(default_factory=dict)
-    shared_pos: dict[tuple[int, str], Tensor] = field(default_factory=dict)
-    # the step's chunk (shape, dtype, device), which input errors name
-    chunk: tuple[tuple[int, ...], torch.dtype, torch.device] | None = None
+    __slots__ = (
+        "advanced",
+        "called",
+        "chunk",
+        "clocks",
+        "created",
+        "lazy",
+        "lookahead",
+        "record",
+        "shape_only",
+        "shared_pos",
+        "state_in",
+        "state_out",
+        "static_pos",
+    )
+
+    def __init__(
+        self,
+        state_in: StreamState,
+        *,
+        lazy: bool = False,
+        static_pos: dict[str, int] | None = None,
+        lookahead: tuple[int, int, int] | None = None,
+        clocks: Any = None,
+        record: dict[str, tuple[int, int]] | None = None,
+        shape_only: bool = False,
+        chunk: tuple[tuple[int, ...], torch.dtype, torch.device] | None = None,
+    ) -> None:
+        self.state_in = state_in
+        self.state_out: StreamState = {}
+        self.lazy = lazy
+        self.created: StreamState = {}
+        self.static_pos = static_pos
+        # lookahead mode: (start, next start, end) input samples of this step: every tensor
+        # covers its clock's samples from start to the end; those before the next start
+        # become history
+        self.lookahead = lookahead
+        self.clocks = clocks  # lookahead mode: the stream's Clocks
+        self.record = record
+        # a run whose outputs and new state are thrown away (init_state's shape probe, the
+        # start-up length search): reflect layers may get fewer samples than their pad
+        self.shape_only = shape_only
+        self.called: set[str] = set()
+        # per step: a layer's sample count advanced by the chunk length, shared by the
+        # layers that hold the same count tensor (saves one tensor op per layer)
+        self.advanced: dict[tuple[int, int], Tensor] = {}
+        self.shared_pos: dict[tuple[int, str], Tensor] = {}
+        # the step's chunk (shape, dtype, device), which input errors name
+        self.chunk = chunk
 
 
 def fresh_entries(
