@@ -1220,3 +1220,47 @@ def test_recurrent_layer_called_with_its_own_state_starts_from_it() -> None:
     x = torch.randn(2, 2, 9)
     assert sm.verify(x, [1, 3, 5]) <= 1e-6
     assert "gru.pos" in sm.init_state(2)  # the rows' counts: where hx starts a row
+
+
+class _Clobbers(nn.Module):
+    """Runs its conv, then overwrites the conv's input in place (code that reuses a
+    buffer once a layer has read it)."""
+
+    def __init__(self, conv: nn.Module) -> None:
+        super().__init__()
+        self.conv = conv
+
+    def forward(self, x: Tensor) -> Tensor:
+        y = self.conv(x)
+        x.mul_(-3.0)
+        return y
+
+
+@pytest.mark.parametrize("sizes", [[64, 64, 64, 64], [1] * 9 + [7, 100, 50, 90], [3, 5, 40, 200]])
+def test_state_survives_inputs_changed_in_place(sizes: list[int]) -> None:
+    """The state a step keeps is its own: the caller refilling one chunk buffer in place
+    and the model overwriting a layer's input after the layer ran change nothing."""
+    torch.manual_seed(0)
+    model = nn.Sequential(
+        _Clobbers(pn.Conv1d(2, 4, 3, padding="causal")),  # stride 1: the lean step
+        nn.ReLU(),
+        _Clobbers(pn.Conv1d(4, 4, 4, stride=2, padding="causal")),  # a strided window op
+        nn.ReLU(),
+        _Clobbers(pn.Conv1d(4, 3, 5, dilation=2, padding="causal")),
+    ).eval()
+    x = torch.randn(1, 2, sum(sizes))
+    with torch.no_grad():
+        full = model(x.clone())
+        sm = StreamingModule(model)
+        state = sm.init_state(example=x[..., :1])
+        buf = torch.empty(1, 2, max(sizes))
+        outs = []
+        start = 0
+        for n in sizes:
+            chunk = buf[..., :n]
+            chunk.copy_(x[..., start : start + n])  # one buffer, refilled for every step
+            y, state = sm.step(chunk, state)
+            outs.append(y.clone())
+            buf.normal_()  # the caller scribbles over its buffer before the next chunk
+            start += n
+    torch.testing.assert_close(torch.cat(outs, -1), full, rtol=1e-5, atol=1e-6)

@@ -90,11 +90,19 @@ def run_transposed(cache: PairsCache, plan: _Plan, layer: Any, cat: Tensor) -> T
 
 
 def run_op(
-    cache: PairsCache, plan: _Plan, layer: Any, seg: Tensor, t0: Tensor, end: int | None
+    cache: PairsCache,
+    plan: _Plan,
+    layer: Any,
+    seg: Tensor,
+    t0: Tensor | int,
+    end: int | None,
+    shift: int = 0,
 ) -> Tensor:
-    """The layer, unpadded in time, on ``seg``; ``t0`` is the stream time of ``seg``'s
-    first sample per row (negative: the left pad), ``end`` the first time past the
-    stream's end (lookahead: the right pad), for pools that do not count pads."""
+    """The layer, unpadded in time, on ``seg``; ``t0 + shift`` is the stream time of
+    ``seg``'s first sample per row (negative: the left pad; a tensor of rows, or an int
+    for all rows), ``end`` the first time past the stream's end (lookahead: the right
+    pad), for pools that do not count pads (the only op that reads them: the sum is made
+    there, not on every call)."""
     if plan.lo == 0 and plan.hi == 0 and plan.kind != "convt":
         # nothing to pad on the time axis: the layer's own forward is the full-sequence op
         return layer(seg)  # type: ignore[no-any-return]
@@ -136,7 +144,8 @@ def run_op(
     # positions are real (not the time pads), the count
     td = 2 + plan.ti
     total = avg(seg, plan.k, plan.s, spec, layer.ceil_mode, True, 1, plan.d)
-    times = t0.view(-1, 1) + torch.arange(seg.shape[td], device=seg.device)
+    base = torch.as_tensor(t0, device=seg.device).reshape(-1, 1) + shift
+    times = base + torch.arange(seg.shape[td], device=seg.device)
     real = times >= 0
     if end is not None:
         real = real & (times < end)

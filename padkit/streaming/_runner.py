@@ -1319,8 +1319,37 @@ class StreamingModule(nn.Module):
                 buf = first
         elif plan.reflect and length > 0 and (mixed or pos_i == 0):
             buf = self._reflect_start(plan, layer, x, buf, pos, pos_i, mixed, ctx)
-        cat = torch.cat([buf, x], dim=td) if plan.history > 0 else x
         off, m = plan.window(pos_i, length)
+        hist = plan.history
+        if plan.kind != "convt" and hist > 0 and ctx.static_pos is None:
+            # a window op (a stride, or pads other than the kernel's reach): copy only the
+            # samples its windows read, as one contiguous tensor (a narrowed view of
+            # ``history ++ chunk`` would reach the op non-contiguous, which slows it), and
+            # the next history on its own
+            if m > 0:
+                span = (m - 1) * plan.stride + plan.k_eff
+                if off >= hist:  # the windows read the chunk only
+                    seg = x.narrow(td, off - hist, span)
+                elif off + span <= hist:  # ... the history only
+                    seg = buf.narrow(td, off, span)
+                else:
+                    seg = torch.cat(
+                        [buf.narrow(td, off, hist - off), x.narrow(td, 0, span - hist + off)],
+                        dim=td,
+                    )
+                y = run_op(self._pairs_cache, plan, layer, seg, pos, None, off - hist)
+            else:
+                y = empty_output(self._pairs_cache, plan, layer, x)
+            if length >= hist:
+                # a copy: a view would see the model (or the caller) change ``x`` in place
+                ctx.state_out[key_buf] = x.narrow(td, length - hist, hist).clone()
+            else:
+                ctx.state_out[key_buf] = torch.cat(
+                    [buf.narrow(td, length, hist - length), x], dim=td
+                )
+            ctx.state_out[key_pos] = self._advance(ctx, pos, length)
+            return y
+        cat = torch.cat([buf, x], dim=td) if hist > 0 else x
         if m > 0:
             if plan.kind == "convt":
                 y = run_transposed(self._pairs_cache, plan, layer, cat)
@@ -1329,7 +1358,7 @@ class StreamingModule(nn.Module):
             else:
                 span = (m - 1) * plan.stride + plan.k_eff
                 seg = cat if off == 0 and span == cat.shape[td] else cat.narrow(td, off, span)
-                y = run_op(self._pairs_cache, plan, layer, seg, pos - plan.history + off, None)
+                y = run_op(self._pairs_cache, plan, layer, seg, pos, None, off - hist)
         else:
             y = empty_output(self._pairs_cache, plan, layer, x)
         if plan.history > 0:
@@ -1560,6 +1589,9 @@ class StreamingModule(nn.Module):
 # classes whose ``weight`` and ``bias`` are plain registered parameters (no class-level
 # descriptor such as a parametrization's property): read from ``_parameters`` directly
 _PLAIN_PARAMS: dict[type, bool] = {}
+# elements of a layer's ``history ++ chunk`` above which its kept history is a copy rather
+# than a view (a view keeps the whole tensor alive until the next step)
+_PIN_LIMIT = 1 << 16
 
 
 def _lean_step(ctx: _Context | None, plan: _Plan, layer: Any, x: Any) -> Tensor | None:
@@ -1619,7 +1651,9 @@ def _lean_step(ctx: _Context | None, plan: _Plan, layer: Any, x: Any) -> Tensor 
     else:
         y = F.conv1d(cat, weight, bias, 1, 0, plan.d, layer.groups)
     tail = cat.narrow(2, length, plan.history)
-    ctx.state_out[plan.key_buf] = tail.clone() if length > 3 * plan.history else tail
+    # a view of ``cat`` (made here, seen by nothing else) unless it would pin a large chunk
+    big = length > 3 * plan.history and cat.numel() > _PIN_LIMIT
+    ctx.state_out[plan.key_buf] = tail.clone() if big else tail
     # the sample count advanced once per step for the layers that share it (as _advance)
     advanced = ctx.advanced
     key = (id(pos), length)
