@@ -731,6 +731,34 @@ def test_measured_choice_is_recorded_and_exact() -> None:
 
 
 @requires_backend
+@pytest.mark.usefixtures("measured_tuner")
+def test_stored_torch_choice_asks_onednn_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    # a signature remembered for torch builds no oneDNN query, check or primitive: they
+    # would page in oneDNN's code (megabytes) for ops that run on torch
+    tuner = _dispatch.HOOK.tuner
+    asked: list[Any] = []
+    monkeypatch.setattr(tuner, "known", lambda key: asked.append(key) or False)
+
+    def refuse(*args: Any, **kwargs: Any) -> bool:
+        raise AssertionError("oneDNN was asked about a signature stored for torch")
+
+    for name in ("conv_is_fast", "conv_agrees", "pool_is_fast", "pool_agrees"):
+        monkeypatch.setattr(_ops, name, refuse)
+    torch.manual_seed(2)
+    x = torch.randn(2, 8, 15, 14, requires_grad=True)
+    w = torch.randn(8, 8, 3, 3, requires_grad=True)
+    mark = _ops.cache_mark()
+    for _ in range(3):  # a first sighting, then the stored choice
+        out = PF.conv2d(x, w, None, 2, ((0, 1), (1, 2)))
+        pooled = PF.max_pool2d(x, 3, 2, ((0, 1), (1, 0)))
+        _close(out, F.conv2d(F.pad(x, [1, 2, 0, 1]), w, None, 2))
+        _close(pooled, F.max_pool2d(F.pad(x, [1, 0, 0, 1], value=float("-inf")), 3, 2))
+        out.sum().backward()
+    assert {key[0] for key in asked} == {"conv", "max_pool"}
+    assert _ops.cache_mark() == mark  # no primitive built
+
+
+@requires_backend
 def test_info_reports_the_isa_onednn_dispatches_to() -> None:
     code = "import padkit.native as n\nn.load()\nprint(n.info()['isa'])"
     capped = _run(code, ONEDNN_MAX_CPU_ISA="AVX2")

@@ -141,6 +141,14 @@ class Hook:
         """Whether this conv call runs on oneDNN (remembered per call signature)."""
         if transposed and not _policy.conv_transpose(x, w, groups, pads):
             return False  # symmetric crops: torch's own op
+        measure = self.tuner.measure and torch_run is not None
+        key = _conv_key(
+            "conv_transpose" if transposed else "conv", x, w, s, d, pads, groups, training
+        )
+        if measure and self.tuner.known(key) is False:
+            # remembered for torch: no oneDNN kernel query, check or primitive (they would
+            # page in oneDNN's code, megabytes of it, for a signature it does not run)
+            return False
         if not _ops.conv_is_fast(
             x, w, b, s, d, pads, groups, transposed=transposed, training=training
         ):
@@ -149,11 +157,8 @@ class Hook:
             x, w, b, s, d, pads, groups, transposed=transposed, training=training
         ):
             return False  # oneDNN computes something else for this signature
-        if not self.tuner.measure or torch_run is None:
+        if not measure or torch_run is None:
             return transposed or _policy.conv(strategy, x, w, groups, pads, d, training)
-        key = _conv_key(
-            "conv_transpose" if transposed else "conv", x, w, s, d, pads, groups, training
-        )
 
         def native(x: Tensor, w: Tensor, b: Tensor | None) -> Tensor:
             out = _ops.conv(x, w, b, s, d, pads, groups, transposed=transposed)
@@ -329,15 +334,18 @@ class Hook:
                 return None
             if use is None or use is _NEW:
                 mark = _ops.cache_mark()
+                key = _pool_key(kind, x, k, s, d, pads, training)
+                # remembered for torch: no oneDNN kernel query, check or primitive
+                known_torch = measure and torch_run is not None and self.tuner.known(key) is False
                 use = (
-                    self._pool_ok(k, s, d, pads, outs, x)
+                    not known_torch
+                    and self._pool_ok(k, s, d, pads, outs, x)
                     and _ops.pool_is_fast(kind, x, outs, k, s, d, pads, training=training)
                     and _ops.pool_agrees(kind, x, outs, k, s, d, pads, training=training)
                 )
                 if use and not measure:
                     use = _policy.pool(kind, strategy, x, k, s, pads)
                 elif use and torch_run is not None:
-                    key = _pool_key(kind, x, k, s, d, pads, training)
 
                     def native(x: Tensor) -> Tensor:
                         if kind == "max":  # what each call pays: the finite checks
