@@ -1264,3 +1264,31 @@ def test_state_survives_inputs_changed_in_place(sizes: list[int]) -> None:
             buf.normal_()  # the caller scribbles over its buffer before the next chunk
             start += n
     torch.testing.assert_close(torch.cat(outs, -1), full, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("groups", [1, 2])
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize(("k", "s", "d"), [(5, 2, 2), (8, 4, 1), (16, 8, 1), (3, 3, 1)])
+def test_transposed_conv_blocks_grouped_dilated(
+    groups: int, bias: bool, k: int, s: int, d: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A causal transposed conv streams from only the inputs its new outputs read, for
+    groups, dilation and no bias, at batch 2 and any chunking."""
+    import padkit.streaming._runner as runner
+
+    used = []
+    real = runner.run_transposed_window
+
+    def counting(*args: object) -> object:
+        used.append(args[3].shape[-1])  # type: ignore[attr-defined]
+        return real(*args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(runner, "run_transposed_window", counting)
+    torch.manual_seed(k * 10 + s)
+    up = pn.ConvTranspose1d(
+        4, 6, k, stride=s, dilation=d, groups=groups, bias=bias, padding="causal"
+    )
+    x = torch.randn(2, 4, 17, dtype=torch.float64)
+    for sizes in ([1] * 17, [3, 0, 5, 9], [17]):
+        assert_streams(up.double().eval(), x, sizes, rtol=1e-10, atol=1e-12)
+    assert used

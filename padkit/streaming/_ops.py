@@ -89,6 +89,29 @@ def run_transposed(cache: PairsCache, plan: _Plan, layer: Any, cat: Tensor) -> T
     )
 
 
+def run_transposed_window(
+    cache: PairsCache, plan: _Plan, layer: Any, cat: Tensor, off: int, m: int
+) -> Tensor:
+    """Outputs ``off .. off + m`` (time) of the full, time-uncropped transposed conv of
+    ``cat`` (``history ++ chunk``), from only the inputs they read: output ``j`` reads
+    inputs ``(j - k_eff) // s + 1 .. j // s``, so the inputs before the first output's
+    reach (kept for outputs already emitted, or held back) are left out of the conv,
+    which would otherwise compute every output they touch again."""
+    td = 2 + plan.ti
+    s = plan.stride
+    start = max(0, (off - plan.k_eff) // s + 1)
+    stop = min(int(cat.shape[td]), (off + m - 1) // s + 1)
+    if (stop - start - 1) * s + plan.k_eff < off - start * s + m:
+        start, stop = 0, int(cat.shape[td])  # outputs between the kernels' reach: all of it
+    if start > 0 or stop < cat.shape[td]:
+        cat = cat.narrow(td, start, stop - start)
+    y = run_transposed(cache, plan, layer, cat)
+    first = off - start * s
+    if first != 0 or y.shape[td] != m:
+        y = y.narrow(td, first, m)
+    return y
+
+
 def run_op(
     cache: PairsCache,
     plan: _Plan,

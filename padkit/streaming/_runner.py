@@ -74,7 +74,7 @@ from ..spec import PaddingError
 from ._catalog import _BATCH_NORMS, _HOLDERS, _MEASURED, _REFUSED, elementwise, refused_norm
 from ._check import ModelRaised, model_raised, probe_lengths, probe_stream, unchanged
 from ._lookahead import Clocks, make_clocks
-from ._ops import empty_output, run_op, run_transposed
+from ._ops import empty_output, run_op, run_transposed, run_transposed_window
 from ._plan import _CONVS, _CONVTS, _POOLS, _Plan, _plan_layer, weight_hooks
 from ._recurrent import (
     RECURRENT,
@@ -1351,7 +1351,9 @@ class StreamingModule(nn.Module):
             return y
         cat = torch.cat([buf, x], dim=td) if hist > 0 else x
         if m > 0:
-            if plan.kind == "convt":
+            if plan.kind == "convt" and ctx.static_pos is None:
+                y = run_transposed_window(self._pairs_cache, plan, layer, cat, off, m)
+            elif plan.kind == "convt":
                 y = run_transposed(self._pairs_cache, plan, layer, cat)
                 if off != 0 or y.shape[td] != m:
                     y = y.narrow(td, off, m)
