@@ -1269,21 +1269,22 @@ def test_state_survives_inputs_changed_in_place(sizes: list[int]) -> None:
 @pytest.mark.parametrize("groups", [1, 2])
 @pytest.mark.parametrize("bias", [True, False])
 @pytest.mark.parametrize(("k", "s", "d"), [(5, 2, 2), (8, 4, 1), (16, 8, 1), (3, 3, 1)])
-def test_transposed_conv_blocks_grouped_dilated(
+def test_transposed_conv_overlap_add_grouped_dilated(
     groups: int, bias: bool, k: int, s: int, d: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A causal transposed conv streams from only the inputs its new outputs read, for
-    groups, dilation and no bias, at batch 2 and any chunking."""
+    """A causal 1-d transposed conv streams by overlap-add (its transposed conv runs on
+    each chunk alone; the state holds output partial sums), for groups, dilation, kernels
+    as long as the stride and no bias, at batch 2 and any chunking."""
     import padkit.streaming._runner as runner
 
     used = []
-    real = runner.run_transposed_window
+    real = runner.run_overlap_add
 
     def counting(*args: object) -> object:
         used.append(args[3].shape[-1])  # type: ignore[attr-defined]
         return real(*args)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(runner, "run_transposed_window", counting)
+    monkeypatch.setattr(runner, "run_overlap_add", counting)
     torch.manual_seed(k * 10 + s)
     up = pn.ConvTranspose1d(
         4, 6, k, stride=s, dilation=d, groups=groups, bias=bias, padding="causal"

@@ -67,26 +67,63 @@ def layer_pairs(
     return result
 
 
-def run_transposed(cache: PairsCache, plan: _Plan, layer: Any, cat: Tensor) -> Tensor:
-    """The full (time-uncropped) transposed conv of ``history ++ chunk``."""
+def run_transposed(
+    cache: PairsCache, plan: _Plan, layer: Any, cat: Tensor, with_bias: bool = True
+) -> Tensor:
+    """The full (time-uncropped) transposed conv of ``cat`` (``history ++ chunk``, or a
+    chunk alone for overlap-add, then ``with_bias=False``: its outputs are partial sums)."""
     sizes = _spatial(plan, cat)
     pairs = layer_pairs(cache, plan, layer, sizes)
     op = list(_tuple_of(layer.output_padding, plan.nd, "output_padding", minimum=0))
     op[plan.ti] = 0
+    bias = layer.bias if with_bias else None
     if all(p == (0, 0) for p in pairs) and not any(op):
         return _TORCH_CONVT[plan.nd](  # type: ignore[no-any-return]
-            cat, layer.weight, layer.bias, plan.s, 0, 0, layer.groups, plan.d
+            cat, layer.weight, bias, plan.s, 0, 0, layer.groups, plan.d
         )
     return _CONVT_FN[plan.nd](  # type: ignore[no-any-return]
         cat,
         layer.weight,
-        layer.bias,
+        bias,
         plan.s,
         Padding(pairs),
         tuple(op),
         layer.groups,
         plan.d,
     )
+
+
+def run_overlap_add(
+    cache: PairsCache, plan: _Plan, layer: Any, x: Tensor, kept: Tensor, off: int, m: int
+) -> tuple[Tensor, Tensor]:
+    """A causal 1-d transposed conv's step by overlap-add: ``kept`` holds its outputs from
+    ``pos * s - hi`` on (``hi`` complete ones held back, then the partial sums of the last
+    ``k_eff - s``), without the bias. The chunk's own transposed conv adds to them; returns
+    outputs ``off .. off + m`` of that sum (with the bias) and the next ``kept``."""
+    s, held, hist = plan.stride, plan.hi, plan.history
+    over = hist - held  # max(0, k_eff - s): outputs the next inputs still add to
+    length = x.shape[2]
+    if isinstance(length, int) and length == 0:
+        z = kept.new_zeros((kept.shape[0], kept.shape[1], over))
+    else:
+        z = run_transposed(cache, plan, layer, x, with_bias=False)  # outputs from pos * s
+    need = length * s + over  # complete through (pos + length) * s, then partial
+    if z.shape[2] != need:  # a kernel shorter than the stride: outputs it never reaches
+        z = F.pad(z, (0, need - z.shape[2]))
+    parts = [kept.narrow(2, 0, held)] if held else []
+    if over:
+        parts += [z.narrow(2, 0, over) + kept.narrow(2, held, over), z.narrow(2, over, need - over)]
+    else:
+        parts.append(z)
+    comb = torch.cat(parts, 2) if len(parts) > 1 else parts[0]
+    if m > 0:
+        y = comb.narrow(2, off, m)
+        bias = layer.bias
+        if bias is not None:
+            y = y + bias.view(1, -1, 1).to(y.dtype)
+    else:
+        y = empty_output(cache, plan, layer, x)
+    return y, comb.narrow(2, length * s, hist)
 
 
 def run_transposed_window(

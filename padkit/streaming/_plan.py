@@ -110,6 +110,10 @@ class _Plan:
         if self.kind == "convt" and self.look:
             # the inputs before a span whose kernels reach its first (cropped) output
             hist = max(0, (k_eff - 1 - self.lo) // stride)
+        elif self.kind == "convt" and self.nd == 1:
+            # overlap-add: the outputs complete but held back (``hi``) and the partial sums
+            # the inputs so far add to the next ones (``k_eff - s``), without the bias
+            hist = self.hi + max(0, k_eff - stride)
         elif self.kind == "convt":
             hist = -(-(k_eff - 1 + self.hi) // stride)
         elif self.hi > 0 or self.look:  # lookahead: the right pad stands for unseen samples
@@ -141,6 +145,12 @@ class _Plan:
         return max(0, self.k_eff - 1 - self.lo)
 
     @property
+    def partial(self) -> bool:
+        """A causal 1-d transposed conv: its state holds output partial sums (overlap-add:
+        each chunk's transposed conv runs on the chunk alone), not past inputs."""
+        return self.kind == "convt" and self.nd == 1 and not self.look
+
+    @property
     def stateless(self) -> bool:
         return self.kind != "convt" and self.k_eff == 1 and self.stride == 1 and self.lo == 0
 
@@ -168,10 +178,13 @@ class _Plan:
     def window(self, pos: int, length: int) -> tuple[int, int]:
         """``(start, count)`` of this chunk's outputs: for convs and pools the start of the
         first window in ``history ++ chunk``; for transposed convs the first output to keep
-        in the full (uncropped) transposed output of ``history ++ chunk``."""
+        in the full (uncropped) transposed output of ``history ++ chunk`` (overlap-add: of
+        the kept outputs and the chunk's own transposed conv)."""
         if self.kind == "convt":
             first = self.emitted(pos)
             count = self.emitted(pos + length) - first
+            if self.partial:  # in the outputs from pos * s - hi (the kept ones first)
+                return first + self.lo + self.hi - pos * self.stride, count
             return first + self.lo - (pos - self.history) * self.stride, count
         if self.simple:
             return 0, length

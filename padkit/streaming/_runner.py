@@ -74,7 +74,13 @@ from ..spec import PaddingError
 from ._catalog import _BATCH_NORMS, _HOLDERS, _MEASURED, _REFUSED, elementwise, refused_norm
 from ._check import ModelRaised, model_raised, probe_lengths, probe_stream, unchanged
 from ._lookahead import Clocks, make_clocks
-from ._ops import empty_output, run_op, run_transposed, run_transposed_window
+from ._ops import (
+    empty_output,
+    run_op,
+    run_overlap_add,
+    run_transposed,
+    run_transposed_window,
+)
 from ._plan import _CONVS, _CONVTS, _POOLS, _Plan, _plan_layer, weight_hooks
 from ._recurrent import (
     RECURRENT,
@@ -545,7 +551,8 @@ class StreamingModule(nn.Module):
                     f"init_state(): the buffer shape of {type(layer).__name__} {plan.name!r} "
                     "depends on its input; pass example=<an input chunk>"
                 )
-            channels: Any = layer.in_channels
+            # overlap-add keeps the layer's outputs, others its inputs
+            channels: Any = layer.out_channels if plan.partial else layer.in_channels
             like = torch.empty((0,), dtype=dt, device=dev)
             state.update(fresh_entries(plan, (n, int(channels), plan.history), like, shared))
         for rplan in self._rnn_plans.values():
@@ -1273,6 +1280,8 @@ class StreamingModule(nn.Module):
         elif ctx.lazy:
             shape = list(x.shape)
             shape[td] = plan.history
+            if plan.partial:  # overlap-add keeps outputs
+                shape[1] = int(layer.out_channels)  # type: ignore[arg-type]
             fresh = fresh_entries(plan, shape, x, ctx.shared_pos)
             ctx.created.update(fresh)
             buf, pos = fresh[key_buf], fresh[key_pos]
@@ -1284,13 +1293,11 @@ class StreamingModule(nn.Module):
         wrong = _wrong_input(plan, layer, x, buf, td, ctx)
         if wrong is not None:
             raise PaddingError(wrong)
-        if (
-            buf.shape[td] != plan.history
-            or buf.shape[:td] != x.shape[:td]
-            or (buf.shape[td + 1 :] != x.shape[td + 1 :])
-        ):
-            want = list(x.shape)
-            want[td] = plan.history
+        want = list(x.shape)
+        want[td] = plan.history
+        if plan.partial:
+            want[1] = int(layer.out_channels)  # type: ignore[arg-type]
+        if list(buf.shape) != want:
             raise PaddingError(
                 f"step(): state {key_buf!r} has shape {tuple(buf.shape)} but "
                 f"{type(layer).__name__} {plan.name!r} needs {tuple(want)} for an input chunk "
@@ -1321,6 +1328,16 @@ class StreamingModule(nn.Module):
             buf = self._reflect_start(plan, layer, x, buf, pos, pos_i, mixed, ctx)
         off, m = plan.window(pos_i, length)
         hist = plan.history
+        if plan.partial:
+            y, kept = run_overlap_add(self._pairs_cache, plan, layer, x, buf, off, m)
+            # a view of the step's own sum unless it would pin a large one
+            made = length * plan.stride + hist
+            view = ctx.static_pos is None and (
+                made <= 4 * hist or kept.numel() // max(hist, 1) * made <= _PIN_LIMIT
+            )
+            ctx.state_out[key_buf] = kept if view else kept.clone()
+            ctx.state_out[key_pos] = self._advance(ctx, pos, length)
+            return y
         if plan.kind != "convt" and hist > 0 and ctx.static_pos is None:
             # a window op (a stride, or pads other than the kernel's reach): copy only the
             # samples its windows read, as one contiguous tensor (a narrowed view of
@@ -1691,7 +1708,9 @@ def _wrong_input(
     if ctx.static_pos is None:  # not exporting: sizes are plain ints (no int() on a SymInt)
         facts[:0] = [("batch size", 0, x.shape[0], buf.shape[0])]
         if td != 1:
-            facts[:0] = [("channels", 1, x.shape[1], buf.shape[1])]
+            # overlap-add keeps outputs: the input's channels are the layer's in_channels
+            want_c = layer.in_channels if plan.partial else buf.shape[1]
+            facts[:0] = [("channels", 1, x.shape[1], want_c)]
     chunk = ctx.chunk
     for fact in facts:
         if fact[2] == fact[3]:
