@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import ctypes
+import json
 import math
 import os
 import platform
@@ -944,6 +945,43 @@ def test_first_sightings_of_an_unmeasured_class_are_bounded() -> None:
     for i in range(5000):
         hook._time_unseen(("conv", i))
     assert len(hook._unmeasured) <= 4096
+
+
+@requires_backend
+@pytest.mark.usefixtures("measured_tuner")
+def test_ten_thousand_distinct_sizes_keep_the_choices_bounded(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """10,000 distinct input sizes (no size repeats): the choices held and written stay
+    within ``choices_limit``, the per-signature memos within their bounds, every output
+    exact."""
+    from padkit.native import _tune
+
+    timed: list[int] = []
+    monkeypatch.setattr(_tune, "MAX_CHOICES", 6)
+    monkeypatch.setattr(_tune, "_time_pair", lambda *a, **k: timed.append(1) or (2e-3, 1e-3, True))
+    conv = pnn.Conv2d(2, 2, 3, stride=2, padding="same")
+    tuner = _dispatch.HOOK.tuner
+    with torch.no_grad():
+        for i in range(10_000):
+            x = torch.randn(1, 2, 3 + i % 100, 3 + i // 100)
+            if i % 997 == 0:
+                pads = []
+                for n in reversed(x.shape[2:]):
+                    total = max((-(-n // 2) - 1) * 2 + 3 - n, 0)
+                    pads += [total // 2, total - total // 2]
+                want = F.conv2d(F.pad(x, pads), conv.weight, conv.bias, 2)
+                _close(conv(x), want)
+            else:
+                conv(x)
+    info = native.info()
+    assert len(timed) > 6  # more classes timed than kept: the oldest were dropped
+    assert info["choices_limit"] == 6 and 0 < info["choices_kept"] <= 6
+    assert tuner.path is not None and tuner.path.is_file()
+    rows = json.loads(tuner.path.read_text())["choices"]
+    assert 0 < len(rows) <= info["choices_limit"]
+    assert len(_dispatch.HOOK._decided) <= 4097
+    assert len(_dispatch.HOOK._unmeasured) <= 4096
 
 
 # ----------------------------------------------------------------------------- first use
