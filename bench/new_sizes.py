@@ -32,6 +32,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+#: the caller's PADKIT_NATIVE (bench/common.py turns the backend off for the benchmarks
+#: that import it; the child processes here run with the backend as the caller has it)
+_NATIVE = os.environ.get("PADKIT_NATIVE")
+
 CHILD = r"""
 import json, sys, time
 import torch
@@ -160,6 +164,9 @@ print(json.dumps({"rows": rows, "backend": info["enabled"], "kept": info["choice
 def run(kind: str, count: int, threads: int, passes: int) -> dict[str, object]:
     with tempfile.TemporaryDirectory() as choices:
         env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parent.parent))
+        env.pop("PADKIT_NATIVE", None)
+        if _NATIVE is not None:
+            env["PADKIT_NATIVE"] = _NATIVE
         out = subprocess.run(
             [sys.executable, "-c", CHILD, kind, str(count), str(threads), str(passes), choices],
             capture_output=True,
@@ -182,6 +189,9 @@ def main() -> None:
     ap.add_argument("--cases", nargs="+", default=["2-D", "1-D", "stream"])
     args = ap.parse_args()
     print(env_header(args.threads))
+    print()
+    backend = run("1-D", 1, args.threads, 1)["backend"]
+    print(f"- oneDNN backend: {'on' if backend else 'off'} (PADKIT_NATIVE={_NATIVE})")
     print()
     print("| workload | pass | padkit ms | torch ms | padkit / torch (median of runs) | runs |")
     print("|---|---|---|---|---|---|")
