@@ -30,6 +30,7 @@ Rules (strings are case-insensitive):
 
 from __future__ import annotations
 
+import functools
 import operator
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -442,6 +443,11 @@ class Padding:
     def needs_input_size(self, stride: int | Sequence[int] = 1) -> bool:
         """Whether resolving needs the input size: ``same``/``same_lower`` (or Caffe ceil
         rounding) on an axis with stride > 1."""
+        if type(stride) is tuple and all(type(v) is int for v in stride):
+            return _needs_input_size(self, stride)  # a layer's checked stride: asked per call
+        return self._needs_input_size(stride)
+
+    def _needs_input_size(self, stride: int | Sequence[int]) -> bool:
         nd = self.ndim or _ndim_of(stride) or 1
         spec = self.expand(nd)
         strides = _tuple_of(stride, nd, "stride")
@@ -1002,3 +1008,8 @@ def conv_transpose_padding(
             pairs.append((small, big) if name == "onnx_same_upper" else (big, small))
             out_ops.append(op)
     return tuple(pairs), tuple(out_ops)
+
+
+@functools.lru_cache(maxsize=1024)
+def _needs_input_size(spec: Padding, stride: tuple[int, ...]) -> bool:
+    return spec._needs_input_size(stride)

@@ -10,6 +10,8 @@ from __future__ import annotations
 import contextlib
 import copy
 import ctypes
+import json
+import math
 import os
 import platform
 import subprocess
@@ -895,6 +897,119 @@ def test_a_size_seen_once_measures_nothing() -> None:
         x = torch.randn(1, 4, 21, 22)
         _close(conv(x), ref(x))
     assert len(native.info()["choices"]) == 1
+
+
+@requires_backend
+@pytest.mark.usefixtures("measured_tuner")
+def test_a_measured_size_class_decides_its_new_sizes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A new size in a class measured on torch asks oneDNN nothing; in a class measured on
+    oneDNN it runs there (after its kernel query); the results stay exact either way."""
+
+    conv = pnn.Conv2d(4, 8, 3, stride=2, padding="same")
+
+    def ref(x: Tensor) -> Tensor:
+        pads = []
+        for n in reversed(x.shape[2:]):
+            total = max((-(-n // 2) - 1) * 2 + 3 - n, 0)
+            pads += [total // 2, total - total // 2]
+        return F.conv2d(F.pad(x, pads), conv.weight, conv.bias, 2)
+
+    tuner = _dispatch.HOOK.tuner
+    asked: list[int] = []
+    real = _ops.conv_is_fast
+    monkeypatch.setattr(_ops, "conv_is_fast", lambda *a, **k: asked.append(1) or real(*a, **k))
+    with torch.no_grad():
+        x = torch.randn(1, 4, 20, 22)  # sizes 20..32 share the class (32, 32); pads (0, 1)
+        _close(conv(x), ref(x))
+        _close(conv(x), ref(x))  # a size met again: its class is measured
+        ((key, _),) = tuner.choices.items()
+        for side in (False, True):
+            tuner.choices[key] = side
+            asked.clear()
+            ran = _ops.cache_mark()
+            x = torch.randn(1, 4, 24 + 2 * side, 28)
+            _close(conv(x), ref(x))
+            assert bool(asked) == side  # a class on torch: no kernel query
+            assert (_ops.cache_mark() > ran) == side  # a oneDNN primitive only on oneDNN
+
+
+@requires_backend
+@pytest.mark.usefixtures("measured_tuner")
+def test_a_pool_class_runs_its_new_sizes_on_its_measured_side(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An asymmetric max pool's new sizes run on torch until its class is measured (at a
+    size met again), then on the side measured; every result equals the F.pad reference."""
+    pool = pnn.MaxPool2d(3, 2, padding="same")
+    used: list[int] = []
+    real = _ops.pool
+    monkeypatch.setattr(_ops, "pool", lambda *a, **k: used.append(1) or real(*a, **k))
+    tuner = _dispatch.HOOK.tuner
+
+    def check(x: Tensor) -> None:
+        want = F.max_pool2d(F.pad(x, [0, 1, 0, 1], value=-math.inf), 3, 2)
+        assert torch.equal(pool(x), want)
+
+    with torch.no_grad():
+        for n in (20, 22, 24):  # one class (sizes up to 32), pads (0, 1) on both axes
+            check(torch.randn(1, 8, n, n + 2))
+        assert not used and native.info()["choices"] == []
+        check(torch.randn(1, 8, 24, 26))  # a size met again: the class is measured
+        ((key, _),) = tuner.choices.items()
+        for side, n in ((True, 26), (False, 28)):
+            tuner.choices[key] = side
+            used.clear()
+            check(torch.randn(1, 8, n, n + 2))
+            assert bool(used) == side
+
+
+def test_first_sightings_of_an_unmeasured_class_are_bounded() -> None:
+    """A class whose sizes never repeat runs TIME_UNSEEN first calls untimed, then one of
+    them times it; the counters stay bounded."""
+    hook = _dispatch.Hook()
+    key = ("conv", (3, 3))
+    got = [hook._time_unseen(key) for _ in range(_dispatch.TIME_UNSEEN + 1)]
+    assert got == [False] * _dispatch.TIME_UNSEEN + [True]
+    for i in range(5000):
+        hook._time_unseen(("conv", i))
+    assert len(hook._unmeasured) <= 4096
+
+
+@requires_backend
+@pytest.mark.usefixtures("measured_tuner")
+def test_ten_thousand_distinct_sizes_keep_the_choices_bounded(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """10,000 distinct input sizes (no size repeats): the choices held and written stay
+    within ``choices_limit``, the per-signature memos within their bounds, every output
+    exact."""
+    from padkit.native import _tune
+
+    timed: list[int] = []
+    monkeypatch.setattr(_tune, "MAX_CHOICES", 6)
+    monkeypatch.setattr(_tune, "_time_pair", lambda *a, **k: timed.append(1) or (2e-3, 1e-3, True))
+    conv = pnn.Conv2d(2, 2, 3, stride=2, padding="same")
+    tuner = _dispatch.HOOK.tuner
+    with torch.no_grad():
+        for i in range(10_000):
+            x = torch.randn(1, 2, 3 + i % 100, 3 + i // 100)
+            if i % 997 == 0:
+                pads = []
+                for n in reversed(x.shape[2:]):
+                    total = max((-(-n // 2) - 1) * 2 + 3 - n, 0)
+                    pads += [total // 2, total - total // 2]
+                want = F.conv2d(F.pad(x, pads), conv.weight, conv.bias, 2)
+                _close(conv(x), want)
+            else:
+                conv(x)
+    info = native.info()
+    assert len(timed) > 6  # more classes timed than kept: the oldest were dropped
+    assert info["choices_limit"] == 6 and 0 < info["choices_kept"] <= 6
+    assert tuner.path is not None and tuner.path.is_file()
+    rows = json.loads(tuner.path.read_text())["choices"]
+    assert 0 < len(rows) <= info["choices_limit"]
+    assert len(_dispatch.HOOK._decided) <= 4097
+    assert len(_dispatch.HOOK._unmeasured) <= 4096
 
 
 # ----------------------------------------------------------------------------- first use

@@ -128,10 +128,18 @@ def test_timing_runs_once_a_class_has_run_often_and_tuning_off_skips_it(
 
     monkeypatch.setattr(_taps._TAPS, "decide", spy)
     m = pnn.Conv1d(8, 8, 3, dilation=4, padding="causal").eval()
+    ran: list[int] = []
+    real_taps = _taps.conv1d_taps
+    monkeypatch.setattr(_taps, "conv1d_taps", lambda *a: ran.append(1) or real_taps(*a))
     with torch.no_grad():
-        for i in range(_taps.TIME_AFTER):  # the plan, untimed, lengths of one class
-            m(torch.randn(1, 8, 100 + i % 20))
+        for i in range(_taps.TIME_AFTER):  # the products, untimed, lengths of one class
+            x = torch.randn(1, 8, 100 + i % 20)
+            if i < 3:
+                torch.testing.assert_close(m(x), _reference(m, x), rtol=1e-5, atol=1e-5)
+            else:
+                m(x)
         assert not timed
+        assert len(ran) == _taps.TIME_AFTER
         m(torch.randn(1, 8, 101))  # same class (bucketed length): timed once
         assert len(timed) == 1
         m(torch.randn(1, 8, 102))

@@ -105,7 +105,8 @@ def _resolve_cached(
     d: tuple[int, ...],
     n: tuple[int, ...] | None,
 ) -> Pairs:
-    return spec.resolve(k, s, d, n)
+    # the kernel, stride and dilation are an Op's (checked); the sizes a tensor's
+    return spec.resolve_checked(k, s, d, n)
 
 
 def resolve(
@@ -120,7 +121,7 @@ def resolve(
         return spec.resolve_checked(k, s, d, tuple(n) if spec.needs_input_size(s) else None)
     if spec.needs_input_size(s):
         sizes = tuple(n)
-        if all(isinstance(v, int) for v in sizes):
+        if all(type(v) is int and v >= 0 for v in sizes):
             return _resolve_cached(spec, k, s, d, sizes)
         return spec.resolve(k, s, d, sizes)
     return _resolve_cached(spec, k, s, d, None)

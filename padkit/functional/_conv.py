@@ -227,8 +227,8 @@ def run_conv_torch(
     """A conv plan on torch's kernels (never the optional oneDNN backend).
 
     A 1-d, stride-1, ungrouped conv with per-side pads runs as one GEMM per kernel tap
-    (``_taps``) where that was timed faster than the plan (inference; ``taps=False``: the
-    plan, which the timing runs).
+    (``_taps``) until its class is timed, then where that was timed faster than the plan
+    (inference; ``taps=False``: the plan, which the timing runs).
 
     A plan that would multiply an element outside an output's window (a ``zero_extend``
     kernel's zero taps; a ``crop``'s dropped windows, whose zero gradients meet the input

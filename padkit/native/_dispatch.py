@@ -74,14 +74,30 @@ class Hook:
         #: decisions by call signature (shapes, strides, dtype, pads, threads, mode): True
         #: (oneDNN), False (torch), or None for a signature seen once, which ran on torch
         self._decided: dict[tuple[Any, ...], bool | None] = {}
-        #: how many call signatures have been seen (the first sighting of each runs on torch)
+        #: how many call signatures have been seen
         self.seen = 0
+        #: first calls of call signatures per op signature (size class) not measured yet
+        self._unmeasured: dict[_tune.Key, int] = {}
 
     def _first_sighting(self, memo: tuple[Any, ...]) -> None:
         if len(self._decided) > 4096:
             self._decided.clear()
         self._decided[memo] = None
         self.seen += 1
+
+    def _time_unseen(self, key: _tune.Key) -> bool:
+        """For a call signature's first call, in the measured mode, whose op signature
+        (size class) has no measured side yet: whether to time the class now. The first
+        :data:`TIME_UNSEEN` such calls of a class run on torch untimed; the next one times
+        it (a workload whose sizes never repeat); a size met again times it at once."""
+        n = self._unmeasured.get(key, 0)
+        if n >= TIME_UNSEEN:
+            self._unmeasured.pop(key, None)
+            return True
+        if len(self._unmeasured) >= 4096:
+            self._unmeasured.clear()
+        self._unmeasured[key] = n + 1
+        return False
 
     def _go(self, x: Tensor, *rest: Tensor | None) -> bool:
         # tracing first: dynamo must not see the checks on the tensors below
@@ -137,28 +153,33 @@ class Hook:
         training: bool,
         torch_run: ConvRun | None,
         transposed: bool,
-    ) -> bool:
-        """Whether this conv call runs on oneDNN (remembered per call signature)."""
+        first: bool,
+    ) -> tuple[bool, bool]:
+        """Whether this conv call runs on oneDNN, and whether that holds for its call
+        signature (False: a first call left to torch while its class is not measured, see
+        :meth:`_time_unseen`; the signature's next call decides)."""
         if transposed and not _policy.conv_transpose(x, w, groups, pads):
-            return False  # symmetric crops: torch's own op
+            return False, True  # symmetric crops: torch's own op
         measure = self.tuner.measure and torch_run is not None
-        key = _conv_key(
-            "conv_transpose" if transposed else "conv", x, w, s, d, pads, groups, training
-        )
-        if measure and self.tuner.known(key) is False:
-            # remembered for torch: no oneDNN kernel query, check or primitive (they would
-            # page in oneDNN's code, megabytes of it, for a signature it does not run)
-            return False
+        if measure:
+            key = _conv_key(
+                "conv_transpose" if transposed else "conv", x, w, s, d, pads, groups, training
+            )
+            known = self.tuner.known(key)
+            if known is False:
+                return False, True  # the size class runs on torch: no kernel query
+            if first and known is None and not self._time_unseen(key):
+                return False, False
         if not _ops.conv_is_fast(
             x, w, b, s, d, pads, groups, transposed=transposed, training=training
         ):
-            return False  # oneDNN has only its reference loops for a pass
+            return False, True  # oneDNN has only its reference loops for a pass
         if not _ops.conv_agrees(
             x, w, b, s, d, pads, groups, transposed=transposed, training=training
         ):
-            return False  # oneDNN computes something else for this signature
+            return False, True  # oneDNN computes something else for this signature
         if not measure or torch_run is None:
-            return transposed or _policy.conv(strategy, x, w, groups, pads, d, training)
+            return transposed or _policy.conv(strategy, x, w, groups, pads, d, training), True
 
         def native(x: Tensor, w: Tensor, b: Tensor | None) -> Tensor:
             out = _ops.conv(x, w, b, s, d, pads, groups, transposed=transposed)
@@ -166,7 +187,7 @@ class Hook:
                 all_finite(out)  # what each call pays: the finite check of its output
             return out
 
-        return self._measured(key, (x, w, b), torch_run, native, training)
+        return self._measured(key, (x, w, b), torch_run, native, training), True
 
     def conv(
         self,
@@ -252,20 +273,36 @@ class Hook:
                 self.tuner.measure and torch_run is not None,
             )
             use = self._decided.get(memo, _NEW)
-            if use is _NEW and memo[-1]:
-                # measured mode: a signature's first call runs on torch, so a size seen once
-                # (variable-length audio, detection resizes, a stream's last chunk) never
-                # pays for oneDNN's kernel queries, checks, timing and primitive creation
-                self._first_sighting(memo)
-                return None
             if use is None or use is _NEW:
+                # measured mode: a signature's first call takes its size class's measured
+                # side (one on torch asks oneDNN nothing), or torch's while the class has
+                # none, so a size seen once (variable-length audio, detection resizes, a
+                # stream's last chunk) never waits for kernel checks or a timing; the
+                # signature's second call measures its class
+                first = use is _NEW and memo[-1]
+                if first:
+                    self._first_sighting(memo)
                 mark = _ops.cache_mark()
-                use = self._go(x, w, b) and self._conv_choice(
-                    strategy, x, w, b, s, d, pads, groups, training, torch_run, transposed
-                )
+                use, settled = False, True
+                if self._go(x, w, b):
+                    use, settled = self._conv_choice(
+                        strategy,
+                        x,
+                        w,
+                        b,
+                        s,
+                        d,
+                        pads,
+                        groups,
+                        training,
+                        torch_run,
+                        transposed,
+                        first,
+                    )
                 if not use:  # left to torch: what the checks and the timing built goes
                     _ops.drop_since(mark)
-                self._decided[memo] = use
+                if settled:
+                    self._decided[memo] = use
             if not use:
                 return None
         try:
@@ -329,38 +366,21 @@ class Hook:
                 measure,
             )
             use = self._decided.get(memo, _NEW)
-            if use is _NEW and measure:
-                self._first_sighting(memo)
-                return None
+            settled = True
             if use is None or use is _NEW:
+                first = use is _NEW and measure
+                if first:  # as for convs: the class's measured side, or torch's
+                    self._first_sighting(memo)
                 mark = _ops.cache_mark()
-                key = _pool_key(kind, x, k, s, d, pads, training)
-                # remembered for torch: no oneDNN kernel query, check or primitive
-                known_torch = measure and torch_run is not None and self.tuner.known(key) is False
-                use = (
-                    not known_torch
-                    and self._pool_ok(k, s, d, pads, outs, x)
-                    and _ops.pool_is_fast(kind, x, outs, k, s, d, pads, training=training)
-                    and _ops.pool_agrees(kind, x, outs, k, s, d, pads, training=training)
+                use, settled = self._pool_choice(
+                    kind, strategy, x, k, s, d, pads, outs, training, torch_run, first
                 )
-                if use and not measure:
-                    use = _policy.pool(kind, strategy, x, k, s, pads)
-                elif use and torch_run is not None:
-
-                    def native(x: Tensor) -> Tensor:
-                        if kind == "max":  # what each call pays: the finite checks
-                            all_finite(x)
-                        out = _ops.pool(kind, x, outs, k, s, d, pads)
-                        if kind != "max" and out.dtype == torch.bfloat16:
-                            all_finite(out)
-                        return out
-
-                    use = self._measured(key, (x,), torch_run, native, training)
                 if not use:  # left to torch: what the checks and the timing built goes
                     _ops.drop_since(mark)
-                self._decided[memo] = use
+                if settled:
+                    self._decided[memo] = use
             if not use:
-                if note is not None:
+                if note is not None and settled:
                     note.append(True)
                 return None
         if kind == "max" and not all_finite(x):
@@ -376,6 +396,50 @@ class Hook:
         if kind == "max" or out.dtype != torch.bfloat16 or all_finite(out):
             return out
         return None
+
+    def _pool_choice(
+        self,
+        kind: str,
+        strategy: str,
+        x: Tensor,
+        k: Sequence[int],
+        s: Sequence[int],
+        d: Sequence[int],
+        pads: Pairs,
+        outs: Sequence[int],
+        training: bool,
+        torch_run: PoolRun | None,
+        first: bool,
+    ) -> tuple[bool, bool]:
+        """Whether this pool call runs on oneDNN, and whether that holds for its call
+        signature (as :meth:`_conv_choice`)."""
+        measure = self.tuner.measure and torch_run is not None
+        if measure:
+            key = _pool_key(kind, x, k, s, d, pads, training)
+            known = self.tuner.known(key)
+            if known is False:
+                return False, True
+            if first and known is None and not self._time_unseen(key):
+                return False, False
+        ok = (
+            self._pool_ok(k, s, d, pads, outs, x)
+            and _ops.pool_is_fast(kind, x, outs, k, s, d, pads, training=training)
+            and _ops.pool_agrees(kind, x, outs, k, s, d, pads, training=training)
+        )
+        if not ok:
+            return False, True
+        if not measure or torch_run is None:
+            return _policy.pool(kind, strategy, x, k, s, pads), True
+
+        def native(x: Tensor) -> Tensor:
+            if kind == "max":  # what each call pays: the finite checks
+                all_finite(x)
+            out = _ops.pool(kind, x, outs, k, s, d, pads)
+            if kind != "max" and out.dtype == torch.bfloat16:
+                all_finite(out)
+            return out
+
+        return self._measured(key, (x,), torch_run, native, training), True
 
     def pool_layer(
         self, layer: Any, op: str, plan: Plan, x: Tensor, torch_fn: FastFn | None = None
@@ -554,6 +618,15 @@ def _torch_only() -> Iterator[None]:
 
 #: a call signature not seen before
 _NEW: Any = object()
+#: first calls of new call signatures that an op signature (size class) with no measured
+#: side runs on torch before one of them times it. A timing with its kernel check costs
+#: about 10 to 40 calls, and the check alone 5 to 15 calls of a depthwise conv (a oneDNN
+#: and a torch run on stand-ins, a primitive made for each): run on oneDNN by the static
+#: rules, a class's first new sizes (about 4 per class in bench/new_sizes.py's first pass)
+#: measured 1.28x torch's layers against 1.20x left on torch (2 threads, 8 runs). A
+#: workload whose sizes never repeat pays the timing once per class after this many calls;
+#: one whose sizes repeat has its class timed at a size's second call
+TIME_UNSEEN = 256
 
 HOOK = Hook()
 

@@ -516,9 +516,25 @@ def _size_class(x: Tensor) -> tuple[Any, ...]:
 _agrees: dict[tuple[Any, ...], bool] = {}
 
 
-def _stand_in(t: Tensor, gen: torch.Generator, grad: bool) -> Tensor:
-    """Random values in ``t``'s shape, strides and dtype (never the global generator)."""
-    v = torch.randn(t.shape, generator=gen, dtype=torch.float32).to(t.dtype)
+#: standard normal values (a fixed seed) that the checks' stand-ins are cut from: drawn once
+#: and grown as needed up to :data:`_NOISE_MAX` values, so a stand-in costs a copy where a
+#: draw of a feature map's values cost more than the op it checks
+_noise = torch.empty(0)
+_NOISE_MAX = 1 << 18
+
+
+def _stand_in(t: Tensor, gen: torch.Generator, grad: bool, part: int = 0) -> Tensor:
+    """Random values in ``t``'s shape, strides and dtype (never the global generator);
+    ``part``: stand-ins of one check start at different places of the values."""
+    global _noise
+    n, skip = t.numel(), 31 * part % 127
+    if n + skip > _NOISE_MAX:
+        v = torch.randn(t.shape, generator=gen, dtype=torch.float32)
+    else:
+        if _noise.numel() < n + skip:
+            size = min(max(n + skip, 2 * _noise.numel(), 1 << 16), _NOISE_MAX)
+            _noise = torch.randn(size, generator=torch.Generator().manual_seed(0))
+        v = _noise[skip : skip + n].view(t.shape)
     out = torch.empty_strided(t.shape, t.stride(), dtype=t.dtype).copy_(v)
     return out.requires_grad_(grad)
 
@@ -558,7 +574,9 @@ def _agree(
     dtype = next(t for t in inputs if t is not None).dtype
     try:
         with torch.enable_grad() if training else torch.no_grad():
-            ins = [None if t is None else _stand_in(t, gen, training) for t in inputs]
+            ins = [
+                None if t is None else _stand_in(t, gen, training, i) for i, t in enumerate(inputs)
+            ]
             got = native_fn(*ins)
             ref_ins = [
                 None if t is None else t.detach().float().requires_grad_(training) for t in ins
@@ -566,7 +584,7 @@ def _agree(
             want = reference(*ref_ins)
             ok = _close(got, want, dtype)
             if ok and training:
-                g = _stand_in(got, gen, False)
+                g = _stand_in(got, gen, False, len(inputs))
                 live = [t for t in ins if t is not None]
                 ref_live = [t for t in ref_ins if t is not None]
                 grads = torch.autograd.grad(got, live, g)
