@@ -761,6 +761,41 @@ def test_stored_torch_choice_asks_onednn_nothing(monkeypatch: pytest.MonkeyPatch
 
 
 @requires_backend
+@pytest.mark.usefixtures("measured_tuner")
+def test_conv_layer_decided_for_torch_stops_asking_the_backend(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # what a layer's call costs on the side the tuner kept: a conv layer whose signature
+    # was decided for torch runs its torch plan without the backend's per-call lookup, as
+    # the layer runs with the backend off; a new layout, or another tuner, asks again
+    tuner = _dispatch.HOOK.tuner
+    monkeypatch.setattr(tuner, "known", lambda key: False)
+    asked: list[int] = []
+    real = _dispatch.HOOK.conv
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        asked.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(_dispatch.HOOK, "conv", counted)
+    torch.manual_seed(3)
+    conv = pnn.Conv2d(8, 8, 3, 2, padding="same").eval()
+    x = torch.randn(1, 8, 8, 8)
+    ref = F.conv2d(F.pad(x, [0, 1, 0, 1]), conv.weight, conv.bias, 2)
+    with torch.no_grad():
+        for _ in range(6):  # the layer's full first call, then its fast path
+            _close(conv(x), ref)
+        assert len(asked) == 2  # a first sighting, then the stored choice: torch
+        xc = x.contiguous(memory_format=torch.channels_last)
+        for _ in range(3):
+            _close(conv(xc), ref)
+        assert len(asked) == 3  # the size class is stored for torch: asked once
+        tuner.version += 1  # choices that may mean something else: asked again
+        _close(conv(x), ref)
+        assert len(asked) == 4
+
+
+@requires_backend
 def test_info_reports_the_isa_onednn_dispatches_to() -> None:
     code = "import padkit.native as n\nn.load()\nprint(n.info()['isa'])"
     capped = _run(code, ONEDNN_MAX_CPU_ISA="AVX2")

@@ -200,8 +200,12 @@ class Hook:
         pads: Pairs,
         groups: int,
         torch_run: ConvRun | None = None,
+        *,
+        note: list[bool] | None = None,
     ) -> Tensor | None:
-        return self._conv_call(strategy, x, w, b, s, d, pads, groups, torch_run, False)
+        """``note`` gets an entry where the call is declined by a decision made for its
+        signature (as :meth:`pool`)."""
+        return self._conv_call(strategy, x, w, b, s, d, pads, groups, torch_run, False, note)
 
     def conv_transpose(
         self,
@@ -231,6 +235,7 @@ class Hook:
         groups: int,
         torch_run: ConvRun | None,
         transposed: bool,
+        note: list[bool] | None = None,
     ) -> Tensor | None:
         # tracing first: dynamo must not see the checks on the tensors below; then the
         # types, before any attribute of a tensor subclass (ExpandedWeights, ...) is read
@@ -273,6 +278,7 @@ class Hook:
                 self.tuner.measure and torch_run is not None,
             )
             use = self._decided.get(memo, _NEW)
+            settled = True
             if use is None or use is _NEW:
                 # measured mode: a signature's first call takes its size class's measured
                 # side (one on torch asks oneDNN nothing), or torch's while the class has
@@ -304,6 +310,8 @@ class Hook:
                 if settled:
                     self._decided[memo] = use
             if not use:
+                if note is not None and settled:
+                    note.append(True)
                 return None
         try:
             out = _ops.conv(x, w, b, s, d, pads, groups, transposed=transposed)

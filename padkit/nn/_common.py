@@ -11,6 +11,7 @@ import torch
 from torch import Tensor, nn
 
 from .. import functional as PF
+from ..native import _dispatch as _backend
 from ..op import Op
 from ..spec import Padding, PaddingError, PaddingLike, _as_int
 
@@ -185,7 +186,48 @@ def _conv_fast(layer: Any, x: Tensor) -> _FastFn | None:
     # by zero taps on every call (F.pad of a small depthwise kernel), since a grown copy kept
     # between calls would go stale when the weight changes in place without a version bump
     # (``.data``, fused optimizers, FSDP's all-gather)
-    return lambda x, w, b: PF.run_conv_plan(plan, conv, x, w, b, s, d, g)
+    if plan.strategy == "native":
+        return lambda x, w, b: PF.run_conv_torch(plan, conv, x, w, b, s, d, g)
+
+    def torch_plan(x: Tensor, w: Tensor, b: Tensor | None) -> Tensor:
+        return PF.run_conv_torch(plan, conv, x, w, b, s, d, g)
+
+    # the layouts, devices, training flags and thread counts for which the backend decided
+    # on torch's side: those calls run the torch plan without asking the backend again (its
+    # signature lookup costs about 2 µs a call, a tenth of a tiny conv; the torch plan is
+    # exact for every input), as pool layers do (``Hook.pool_layer``)
+    declined: set[tuple[Any, ...]] = set()
+
+    def run(x: Tensor, w: Tensor, b: Tensor | None) -> Tensor:
+        hook = _backend.active
+        if hook is None:
+            return torch_plan(x, w, b)
+        if hook is not _backend.HOOK:  # the backend not started yet: the op starts it
+            return PF.run_conv_plan(plan, conv, x, w, b, s, d, g)
+        key = (
+            x.stride(),
+            w.stride(),
+            x.is_cpu,
+            torch.is_grad_enabled()
+            and (x.requires_grad or w.requires_grad or (b is not None and b.requires_grad)),
+            torch.get_num_threads(),
+            hook.tuner.version,
+            hook.tuner.measure,
+            hook.force,
+        )
+        if key in declined:
+            return torch_plan(x, w, b)
+        note: list[bool] = []
+        out: Tensor | None = hook.conv(
+            plan.strategy, x, w, b, s, d, plan.pads, g, torch_plan, note=note
+        )
+        if out is None:
+            if note and len(declined) < 64:
+                declined.add(key)
+            return torch_plan(x, w, b)
+        return out
+
+    return run
 
 
 # ----------------------------------------------------------------------------- TorchScript
