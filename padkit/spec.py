@@ -443,8 +443,6 @@ class Padding:
     def needs_input_size(self, stride: int | Sequence[int] = 1) -> bool:
         """Whether resolving needs the input size: ``same``/``same_lower`` (or Caffe ceil
         rounding) on an axis with stride > 1."""
-        if type(stride) is tuple and all(type(v) is int for v in stride):
-            return _needs_input_size(self, stride)  # a layer's checked stride: asked per call
         return self._needs_input_size(stride)
 
     def _needs_input_size(self, stride: int | Sequence[int]) -> bool:
@@ -1012,4 +1010,7 @@ def conv_transpose_padding(
 
 @functools.lru_cache(maxsize=1024)
 def _needs_input_size(spec: Padding, stride: tuple[int, ...]) -> bool:
+    """:meth:`Padding.needs_input_size` for a layer's checked stride, remembered (an eager
+    layer asks it on every call; a compiler tracing a call asks the method itself, since a
+    cache wrapper is state it cannot see)."""
     return spec._needs_input_size(stride)

@@ -15,6 +15,7 @@ from ..spec import (
     Padding,
     PaddingError,
     PaddingLike,
+    _needs_input_size,
 )
 
 #: ``pad`` modes: torch names first, then the ONNX/numpy aliases.
@@ -119,7 +120,7 @@ def resolve(
     """Resolve ``spec`` for an input of spatial size ``n`` (cached per shape)."""
     if _compiling():
         return spec.resolve_checked(k, s, d, tuple(n) if spec.needs_input_size(s) else None)
-    if spec.needs_input_size(s):
+    if _needs_input_size(spec, s):  # remembered: asked on every eager call
         sizes = tuple(n)
         if all(type(v) is int and v >= 0 for v in sizes):
             return _resolve_cached(spec, k, s, d, sizes)
