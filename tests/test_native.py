@@ -796,6 +796,44 @@ def test_conv_layer_decided_for_torch_stops_asking_the_backend(
 
 
 @requires_backend
+@pytest.mark.usefixtures("measured_tuner")
+def test_transposed_layer_decided_for_torch_stops_asking_the_backend(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # as for conv layers: a transposed layer whose signature was decided for torch (a
+    # measured choice: with tuning off, transposed convs go to oneDNN by the static rules)
+    # runs its torch plan without the backend's per-call lookup; another tuner asks again
+    tuner = _dispatch.HOOK.tuner
+    monkeypatch.setattr(tuner, "known", lambda key: False)
+    asked: list[int] = []
+    real = _dispatch.HOOK.conv_transpose
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        asked.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(_dispatch.HOOK, "conv_transpose", counted)
+    torch.manual_seed(4)
+    up = pnn.ConvTranspose2d(8, 4, 3, 2, padding="same").eval()
+    x = torch.randn(1, 8, 8, 8)
+    # the full output (15 x 15 for 8 inputs), cropped as TF 'same' crops: (0, 1) per axis
+    ref = F.conv_transpose2d(x, up.weight, up.bias, 2)[:, :, :16, :16]
+    ref = F.pad(ref, [0, 16 - ref.shape[-1], 0, 16 - ref.shape[-2]])
+    expect = up(x)
+    assert expect.shape == (1, 4, 16, 16)
+    with torch.no_grad():
+        for _ in range(6):
+            _close(up(x), expect)
+        n = len(asked)
+        for _ in range(4):
+            _close(up(x), expect)
+        assert len(asked) == n  # decided for torch: not asked again
+        tuner.version += 1
+        _close(up(x), expect)
+        assert len(asked) == n + 1
+
+
+@requires_backend
 def test_info_reports_the_isa_onednn_dispatches_to() -> None:
     code = "import padkit.native as n\nn.load()\nprint(n.info()['isa'])"
     capped = _run(code, ONEDNN_MAX_CPU_ISA="AVX2")

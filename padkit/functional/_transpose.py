@@ -248,8 +248,12 @@ def _conv_transpose_crops(
     d: tuple[int, ...],
     groups: int,
     fname: str,
+    note: list[bool] | None = None,
+    backend: bool = True,
 ) -> Tensor:
-    """Full transposed conv output cropped by ``crops`` (end crop reduced by ``op``)."""
+    """Full transposed conv output cropped by ``crops`` (end crop reduced by ``op``).
+    ``note`` gets an entry where the backend declined the call by a decision made for its
+    signature; ``backend=False`` runs the torch plan without asking it."""
     sizes = tuple(x.shape[x.dim() - nd :])
     k = tuple(weight.shape[2:])
     native_p, native_op, slices = transpose_layout(crops, op, k, s, d, sizes, fname)
@@ -263,10 +267,12 @@ def _conv_transpose_crops(
     def torch_plan(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
         return run_transpose(x, weight, bias, s, native_p, native_op, groups, d, slices, pads)
 
-    hook = _backend.active
+    hook = _backend.active if backend else None
     if hook is not None:
         ends = tuple((lo, hi - o) for (lo, hi), o in zip(crops, op))
-        res: Tensor | None = hook.conv_transpose(x, weight, bias, s, d, ends, groups, torch_plan)
+        res: Tensor | None = hook.conv_transpose(
+            x, weight, bias, s, d, ends, groups, torch_plan, note=note
+        )
         if res is not None:
             return res
     return torch_plan(x, weight, bias)

@@ -257,13 +257,13 @@ class _AutoStart:
                     _warn_unbuilt()
         return _dispatch.active
 
-    def conv(self, *args: Any) -> Any:
+    def conv(self, *args: Any, **kwargs: Any) -> Any:
         hook = self.start()
-        return None if hook is None else hook.conv(*args)
+        return None if hook is None else hook.conv(*args, **kwargs)
 
-    def conv_transpose(self, *args: Any) -> Any:
+    def conv_transpose(self, *args: Any, **kwargs: Any) -> Any:
         hook = self.start()
-        return None if hook is None else hook.conv_transpose(*args)
+        return None if hook is None else hook.conv_transpose(*args, **kwargs)
 
     def pool(self, *args: Any, **kwargs: Any) -> Any:
         hook = self.start()

@@ -217,11 +217,13 @@ class Hook:
         crops: Pairs,
         groups: int,
         torch_run: ConvRun | None = None,
+        note: list[bool] | None = None,
     ) -> Tensor | None:
-        """``crops``: what to remove from the full output per side (>= 0)."""
+        """``crops``: what to remove from the full output per side (>= 0); ``note`` as for
+        :meth:`conv`."""
         if any(lo < 0 or hi < 0 for lo, hi in crops):
             return None
-        return self._conv_call("crop", x, w, b, s, d, crops, groups, torch_run, True)
+        return self._conv_call("crop", x, w, b, s, d, crops, groups, torch_run, True, note)
 
     def _conv_call(
         self,
