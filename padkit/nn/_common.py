@@ -172,6 +172,22 @@ def _fast_cache(module: Any) -> _FastCache:
     return cache
 
 
+def declined_key(hook: Any, x: Tensor, w: Tensor, b: Tensor | None) -> tuple[Any, ...]:
+    """What a layer's memo of the calls the backend left to torch is keyed by, for one
+    input shape: the layouts, device, training flag, thread count and the tuner's state."""
+    return (
+        x.stride(),
+        w.stride(),
+        x.is_cpu,
+        torch.is_grad_enabled()
+        and (x.requires_grad or w.requires_grad or (b is not None and b.requires_grad)),
+        torch.get_num_threads(),
+        hook.tuner.version,
+        hook.tuner.measure,
+        hook.force,
+    )
+
+
 def _conv_fast(layer: Any, x: Tensor) -> _FastFn | None:
     nd = layer._nd
     if x.dim() != nd + 2 or layer.padding_mode != "zeros":
@@ -204,17 +220,7 @@ def _conv_fast(layer: Any, x: Tensor) -> _FastFn | None:
             return torch_plan(x, w, b)
         if hook is not _backend.HOOK:  # the backend not started yet: the op starts it
             return PF.run_conv_plan(plan, conv, x, w, b, s, d, g)
-        key = (
-            x.stride(),
-            w.stride(),
-            x.is_cpu,
-            torch.is_grad_enabled()
-            and (x.requires_grad or w.requires_grad or (b is not None and b.requires_grad)),
-            torch.get_num_threads(),
-            hook.tuner.version,
-            hook.tuner.measure,
-            hook.force,
-        )
+        key = declined_key(hook, x, w, b)
         if key in declined:
             return torch_plan(x, w, b)
         note: list[bool] = []

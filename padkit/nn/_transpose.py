@@ -6,7 +6,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-import torch
 from torch import Tensor, nn
 
 from .. import _compiled, functional as PF
@@ -21,6 +20,7 @@ from ._common import (
     _hashable,
     _is_proxy,
     _tracing,
+    declined_key,
 )
 from ._conv import _PadConv
 
@@ -44,17 +44,7 @@ def _transpose_fast(layer: Any, x: Tensor) -> _FastFn | None:
         hook = _backend.active
         if hook is not _backend.HOOK or hook is None:  # off, or not started: as ever
             return PF._conv_transpose_crops(nd, x, w, b, s, crops, o, d, g, name)
-        key = (
-            x.stride(),
-            w.stride(),
-            x.is_cpu,
-            torch.is_grad_enabled()
-            and (x.requires_grad or w.requires_grad or (b is not None and b.requires_grad)),
-            torch.get_num_threads(),
-            hook.tuner.version,
-            hook.tuner.measure,
-            hook.force,
-        )
+        key = declined_key(hook, x, w, b)
         if key in declined:
             return PF._conv_transpose_crops(nd, x, w, b, s, crops, o, d, g, name, backend=False)
         note: list[bool] = []
