@@ -1293,11 +1293,20 @@ class StreamingModule(nn.Module):
         wrong = _wrong_input(plan, layer, x, buf, td, ctx)
         if wrong is not None:
             raise PaddingError(wrong)
-        want = list(x.shape)
-        want[td] = plan.history
-        if plan.partial:
-            want[1] = int(layer.out_channels)  # type: ignore[arg-type]
-        if list(buf.shape) != want:
+        bs, xs = buf.shape, x.shape
+        same = (
+            bs[td] == plan.history
+            and len(bs) == len(xs)
+            and bs[0] == xs[0]
+            and (bs[1] == layer.out_channels if plan.partial else bs[1] == xs[1])
+            and bs[2:td] == xs[2:td]
+            and bs[td + 1 :] == xs[td + 1 :]
+        )
+        if not same:
+            want = list(x.shape)
+            want[td] = plan.history
+            if plan.partial:
+                want[1] = int(layer.out_channels)  # type: ignore[arg-type]
             raise PaddingError(
                 f"step(): state {key_buf!r} has shape {tuple(buf.shape)} but "
                 f"{type(layer).__name__} {plan.name!r} needs {tuple(want)} for an input chunk "
@@ -1696,6 +1705,13 @@ def _wrong_input(
     """Why a layer's input does not continue its stream state (its channels, batch size,
     dtype or device differ from the input the state was initialised for), naming the step's
     argument (the chunk), its value, the value expected and the layer; None if it does."""
+    if x.dtype is buf.dtype and x.device == buf.device:
+        # the common case, checked before any message is built (this runs on every call)
+        if ctx.static_pos is not None:
+            return None
+        xs, bs = x.shape, buf.shape
+        if xs[0] == bs[0] and (td == 1 or xs[1] == (layer.in_channels if plan.partial else bs[1])):
+            return None
     where = f"layer `{plan.name}`"
     if hasattr(layer, "in_channels"):
         where += f", in_channels={layer.in_channels}"
