@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
-import random
 import sys
 import types
 import warnings
@@ -30,6 +29,7 @@ from typing import Any
 
 import pytest
 import torch
+from chunk_plans import plans, tol
 from torch import Tensor, nn
 
 from padkit import PaddingError
@@ -92,22 +92,6 @@ def load_dac() -> Any:
 
 
 # ----------------------------------------------------------------------------- streaming
-
-
-def plans(n: int, hop: int, seed: int) -> dict[str, list[int]]:
-    rng = random.Random(seed)
-    mix: list[int] = []
-    while sum(mix) < n:
-        mix.append(min(rng.choice([0, 1, 2, 3, 5, 8, 13]), n - sum(mix)))
-
-    def even(k: int) -> list[int]:
-        return [k] * (n // k) + ([n % k] if n % k else [])
-
-    return {"1": [1] * n, "7": even(7), "hop": even(hop), "mix": mix}
-
-
-def tol(dtype: torch.dtype) -> dict[str, float]:
-    return dict(rtol=1e-9, atol=1e-10) if dtype == torch.float64 else dict(rtol=1e-4, atol=1e-5)
 
 
 def stream_all(sm: StreamingModule, x: Tensor, sizes: list[int]) -> Tensor:

@@ -7,20 +7,16 @@ fed in chunks of 1, a prime, the hop and a seeded random mix, at batch 2, then e
 from __future__ import annotations
 
 import dataclasses
-import random
 
 import pytest
 import torch
+from chunk_plans import plans, tol
 from torch import Tensor, nn
 
 from padkit import PaddingError
 from padkit.streaming import StreamingModule
 
 DTYPES = [torch.float64, torch.float32]
-
-
-def tol(dtype: torch.dtype) -> dict[str, float]:
-    return dict(rtol=1e-9, atol=1e-10) if dtype == torch.float64 else dict(rtol=1e-4, atol=1e-5)
 
 
 class Unit(nn.Module):
@@ -68,18 +64,6 @@ def decoder() -> nn.Module:
         layers += [Unit(4, 1), Unit(4, 3)]
     layers += [nn.Conv1d(4, 1, 7, padding=3)]
     return nn.Sequential(*layers)
-
-
-def plans(n: int, hop: int, seed: int) -> dict[str, list[int]]:
-    rng = random.Random(seed)
-    mix: list[int] = []
-    while sum(mix) < n:
-        mix.append(min(rng.choice([0, 1, 2, 3, 5, 8, 13]), n - sum(mix)))
-
-    def even(k: int) -> list[int]:
-        return [k] * (n // k) + ([n % k] if n % k else [])
-
-    return {"1": [1] * n, "7": even(7), "hop": even(hop), "mix": mix}
 
 
 def stream(sm: StreamingModule, x: Tensor, sizes: list[int]) -> tuple[list[Tensor], Tensor]:
