@@ -165,11 +165,9 @@ class Hook:
             key = _conv_key(
                 "conv_transpose" if transposed else "conv", x, w, s, d, pads, groups, training
             )
-            known = self.tuner.known(key)
-            if known is False:
-                return False, True  # the size class runs on torch: no kernel query
-            if first and known is None and not self._time_unseen(key):
-                return False, False
+            decided = self._by_class(key, first)
+            if decided is not None:
+                return decided
         if not _ops.conv_is_fast(
             x, w, b, s, d, pads, groups, transposed=transposed, training=training
         ):
@@ -407,6 +405,18 @@ class Hook:
             return out
         return None
 
+    def _by_class(self, key: Any, first: bool) -> tuple[bool, bool] | None:
+        """What a call's size class already decides (as ``_conv_choice`` returns it): torch,
+        for a class measured for torch (oneDNN is asked nothing: no kernel query, check or
+        primitive); torch for now, not for the signature, for a first call whose class is
+        not measured yet (:meth:`_time_unseen`); None: the call goes on to the checks."""
+        known = self.tuner.known(key)
+        if known is False:
+            return False, True
+        if first and known is None and not self._time_unseen(key):
+            return False, False
+        return None
+
     def _pool_choice(
         self,
         kind: str,
@@ -426,11 +436,9 @@ class Hook:
         measure = self.tuner.measure and torch_run is not None
         if measure:
             key = _pool_key(kind, x, k, s, d, pads, training)
-            known = self.tuner.known(key)
-            if known is False:
-                return False, True
-            if first and known is None and not self._time_unseen(key):
-                return False, False
+            decided = self._by_class(key, first)
+            if decided is not None:
+                return decided
         ok = (
             self._pool_ok(k, s, d, pads, outs, x)
             and _ops.pool_is_fast(kind, x, outs, k, s, d, pads, training=training)
