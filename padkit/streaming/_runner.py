@@ -1190,29 +1190,16 @@ class StreamingModule(nn.Module):
         unroll = ctx.static_pos is not None  # export: the fused op would fix the batch size
         return run_recurrent(plan, layer, x, hx, ctx.state_in, ctx.state_out, created, unroll)
 
-    def _advance(self, ctx: _Context, pos: Tensor, length: int) -> Tensor:
-        if ctx.static_pos is not None:  # export: the length may be symbolic
-            return pos + length
-        key = (id(pos), length)
-        new = ctx.advanced.get(key)
-        if new is None:
-            new = pos.add(length)  # the method: Tensor.__add__ is a Python wrapper
-            ctx.advanced[key] = new
-            ctx.advanced[(id(new), -1)] = pos  # keeps ``pos`` alive, so its id stays unique
-        return new
-
-    def _run_fast(self, plan: _Plan, layer: Any, x: Tensor) -> Tensor | None:
-        """The lean step of a stride-1 causal 1-d conv (see :func:`_lean_step`)."""
-        return _lean_step(self._ctx, plan, layer, x)
-
     def _call_layer(
         self, plan: _Plan, layer: nn.Module, x: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> Tensor:
         """A stand-in's call: the layer's streamed run on ``x``."""
         if plan.pre_hooks:  # old-style weight/spectral norm: set the weight, as a call does
             self._run_weight_hooks(plan, layer, x)
-        if plan.fast and not args and not kwargs:
-            y = self._run_fast(plan, layer, x)
+        if plan.fast and plan.pre_hooks and not args and not kwargs:
+            # the lean step, now that the hooks set the weight (``_layer_call`` tried it
+            # already for layers without them)
+            y = _lean_step(self._ctx, plan, layer, x)
             if y is not None:
                 return y
         elif (
@@ -1339,13 +1326,9 @@ class StreamingModule(nn.Module):
         hist = plan.history
         if plan.partial:
             y, kept = run_overlap_add(self._pairs_cache, plan, layer, x, buf, off, m)
-            # a view of the step's own sum unless it would pin a large one
             made = length * plan.stride + hist
-            view = ctx.static_pos is None and (
-                made <= 4 * hist or kept.numel() // max(hist, 1) * made <= _PIN_LIMIT
-            )
-            ctx.state_out[key_buf] = kept if view else kept.clone()
-            ctx.state_out[key_pos] = self._advance(ctx, pos, length)
+            ctx.state_out[key_buf] = _kept(kept, made, hist, ctx.static_pos is not None)
+            ctx.state_out[key_pos] = _advanced(ctx, pos, length)
             return y
         if plan.kind != "convt" and hist > 0 and ctx.static_pos is None:
             # a window op (a stride, or pads other than the kernel's reach): copy only the
@@ -1373,7 +1356,7 @@ class StreamingModule(nn.Module):
                 ctx.state_out[key_buf] = torch.cat(
                     [buf.narrow(td, length, hist - length), x], dim=td
                 )
-            ctx.state_out[key_pos] = self._advance(ctx, pos, length)
+            ctx.state_out[key_pos] = _advanced(ctx, pos, length)
             return y
         cat = torch.cat([buf, x], dim=td) if hist > 0 else x
         if m > 0:
@@ -1391,12 +1374,11 @@ class StreamingModule(nn.Module):
             y = empty_output(self._pairs_cache, plan, layer, x)
         if plan.history > 0:
             tail = cat.narrow(td, length, plan.history)
-            # a short view would pin a long chunk's memory: copy it then
-            short = ctx.static_pos is None and cat.shape[td] <= 4 * plan.history
-            ctx.state_out[key_buf] = tail if short else tail.clone()
+            exporting = ctx.static_pos is not None
+            ctx.state_out[key_buf] = _kept(tail, cat.shape[td], plan.history, exporting)
         else:
             ctx.state_out[key_buf] = buf
-        ctx.state_out[key_pos] = self._advance(ctx, pos, length)
+        ctx.state_out[key_pos] = _advanced(ctx, pos, length)
         return y
 
     def _empty(self, plan: _Plan, layer: nn.Module, x: Tensor) -> Tensor:
@@ -1679,18 +1661,32 @@ def _lean_step(ctx: _Context | None, plan: _Plan, layer: Any, x: Any) -> Tensor 
     else:
         y = F.conv1d(cat, weight, bias, 1, 0, plan.d, layer.groups)
     tail = cat.narrow(2, length, plan.history)
-    # a view of ``cat`` (made here, seen by nothing else) unless it would pin a large chunk
-    big = length > 3 * plan.history and cat.numel() > _PIN_LIMIT
-    ctx.state_out[plan.key_buf] = tail.clone() if big else tail
-    # the sample count advanced once per step for the layers that share it (as _advance)
-    advanced = ctx.advanced
-    key = (id(pos), length)
-    new = advanced.get(key)
-    if new is None:
-        new = advanced[key] = pos.add(length)
-        advanced[(id(new), -1)] = pos  # keeps ``pos`` alive, so its id stays unique
-    ctx.state_out[plan.key_pos] = new
+    ctx.state_out[plan.key_buf] = _kept(tail, cat.shape[2], plan.history, False)
+    ctx.state_out[plan.key_pos] = _advanced(ctx, pos, length)
     return y
+
+
+def _kept(tail: Tensor, made: int, hist: int, exporting: bool) -> Tensor:
+    """A layer's next history, ``tail``: the last ``hist`` samples of a tensor of ``made``
+    samples the step made itself (seen by nothing else, so a view is safe), kept as a view
+    unless that would keep a large tensor alive until the next step (a long chunk), or the
+    step is being exported."""
+    if exporting or (made > 4 * hist and tail.numel() // max(hist, 1) * made > _PIN_LIMIT):
+        return tail.clone()
+    return tail
+
+
+def _advanced(ctx: _Context, pos: Tensor, length: int) -> Tensor:
+    """A layer's sample count ``pos`` advanced by the chunk's ``length``: once per step for
+    all the layers that share one count tensor."""
+    if ctx.static_pos is not None:  # export: the length may be symbolic
+        return pos + length
+    key = (id(pos), length)
+    new = ctx.advanced.get(key)
+    if new is None:
+        new = ctx.advanced[key] = pos.add(length)  # the method: __add__ is a Python wrapper
+        ctx.advanced[(id(new), -1)] = pos  # keeps ``pos`` alive, so its id stays unique
+    return new
 
 
 def _described(chunk: Any) -> tuple[tuple[int, ...], torch.dtype, torch.device] | None:
