@@ -76,8 +76,10 @@ def _fx_padding(spec: Padding, cls: str) -> Any:
 # ----------------------------------------------------------------------------- fast path
 #
 # A layer called again with an input of the same shape runs exactly what its first call
-# ran, without re-parsing its arguments or re-planning: the first call (the full path, with
-# every check) stores a closure per key, later calls look it up. Tracing (torch.compile,
+# ran, without re-parsing its arguments or re-planning: a key's first call takes the full
+# path, with every check, and only marks the key seen; its second call builds a closure and
+# stores it, later calls look it up. A size met once (variable-length audio, detection
+# resizes) never pays for building a closure it would not use again. Tracing (torch.compile,
 # torch.export, the ONNX exporters, torch.jit) always takes the full path.
 
 _FastFn = Callable[..., Any]
@@ -96,6 +98,24 @@ class _FastCache(dict[tuple[Any, ...], "_FastFn | None"]):
         if len(self) >= self.MAX_ENTRIES:
             self.clear()
         self[key] = fn
+
+    def settle(
+        self, key: tuple[Any, ...], got: Any, build: Callable[[], _FastFn | None]
+    ) -> _FastFn | None:
+        """For a call of ``key`` whose lookup gave ``got`` (False: not in the memo, or
+        :data:`SEEN_ONCE`): the closure to run it with, built at the key's second call (the
+        first call's full path checked what the key holds); None at the first call, which
+        only marks the key seen and takes the full path."""
+        if got is False:
+            self.remember(key, SEEN_ONCE)
+            return None
+        fn = build()
+        self.remember(key, fn)
+        return fn
+
+
+#: a memo entry for a key called once: its next call builds the closure
+SEEN_ONCE: Any = object()
 
 
 # The memo of each layer lives here, keyed by the layer object, never in the layer's

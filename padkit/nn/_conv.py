@@ -15,6 +15,7 @@ from ..op import Op
 from ..plan import Plan, plan_conv
 from ..spec import PaddingLike
 from ._common import (
+    SEEN_ONCE,
     _check_channels,
     _conv_fast,
     _fast_cache,
@@ -149,10 +150,8 @@ class _ConvMixin(_PadConv):
         )
         cache = _fast_cache(self)
         fn = cache.get(key, False)
-        if fn is False:
-            out = self._forward(input, weight, bias)
-            cache.remember(key, _conv_fast(self, input))
-            return out
+        if fn is False or fn is SEEN_ONCE:
+            fn = cache.settle(key, fn, lambda: _conv_fast(self, input))
         if fn is None:
             return self._forward(input, weight, bias)
         return fn(input, weight, bias)  # type: ignore[operator,no-any-return]

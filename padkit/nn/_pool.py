@@ -15,6 +15,7 @@ from ..op import Op
 from ..plan import Plan, plan_pool
 from ..spec import PaddingLike
 from ._common import (
+    SEEN_ONCE,
     _fast_cache,
     _FastFn,
     _fx_padding,
@@ -191,10 +192,8 @@ def _pool_forward(layer: Any, input: Tensor, op: str, full: Callable[[Tensor], A
     )
     cache = _fast_cache(layer)
     fn = cache.get(key, False)
-    if fn is False:
-        out = full(input)
-        cache.remember(key, _pool_fast(layer, input, op))
-        return out
+    if fn is False or fn is SEEN_ONCE:
+        fn = cache.settle(key, fn, lambda: _pool_fast(layer, input, op))
     if fn is None:
         return full(input)
     return fn(input)  # type: ignore[operator]

@@ -13,6 +13,7 @@ from ..native import _dispatch as _backend
 from ..op import Op
 from ..spec import PaddingError, PaddingLike, _tuple_of
 from ._common import (
+    SEEN_ONCE,
     _check_channels,
     _fast_cache,
     _FastFn,
@@ -74,10 +75,8 @@ class _ConvTransposeMixin(_PadConv):
             )
             cache = _fast_cache(self)
             fn = cache.get(key, False)
-            if fn is False:
-                out = self._full_t(input, None)
-                cache.remember(key, _transpose_fast(self, input))
-                return out
+            if fn is False or fn is SEEN_ONCE:
+                fn = cache.settle(key, fn, lambda: _transpose_fast(self, input))
             if fn is not None:
                 return fn(input, self.weight, self.bias)  # type: ignore[operator,no-any-return]
             return self._full_t(input, None)
