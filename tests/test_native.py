@@ -686,9 +686,11 @@ def measured_tuner(tmp_path: Path) -> Iterator[None]:
     lib = native.load()
     tuner.attach(tmp_path, lib.isa, lib.runtime_version)
     native.set_tuning(True)
+    _dispatch.HOOK.restart_timings()  # classes being timed on their own calls
     try:
         yield
     finally:
+        _dispatch.HOOK.restart_timings()
         tuner.measure = before[0]
         tuner.path = before[1]
         tuner.choices.clear()
@@ -699,17 +701,20 @@ def measured_tuner(tmp_path: Path) -> Iterator[None]:
 
 @requires_backend
 @pytest.mark.usefixtures("measured_tuner")
-def test_measured_choice_is_recorded_and_exact() -> None:
+def test_measured_choice_is_recorded_and_exact(monkeypatch: pytest.MonkeyPatch) -> None:
     from padkit.native import _tune
 
+    monkeypatch.setattr(_tune, "BUDGET", 1e9)  # every inference call of a class is paired
     torch.manual_seed(1)
     x = torch.randn(2, 8, 15, 14, requires_grad=True)
     w = torch.randn(8, 8, 3, 3, requires_grad=True)
-    # a signature's first call runs on torch and measures nothing (a size seen once
-    # never pays for a measurement); the second measures and keeps the faster side
-    for call, training in enumerate((False, True, False, True)):
-        if call == 2:  # each signature has been seen once: nothing measured yet
-            assert native.info()["choices"] == []
+    # inference: the class is timed on its own calls (both sides on each, torch's output);
+    # training: a signature's first call runs on torch and measures nothing, the second
+    # times the class
+    calls = (False, True, False, True) + (False,) * (_tune.Samples.PAIRS - 2)
+    for call, training in enumerate(calls):
+        if call == 2:  # each training signature has been seen once: nothing measured yet
+            assert not any("training" in row["op"] for row in native.info()["choices"])
         with torch.set_grad_enabled(training):
             out = PF.conv2d(x, w, None, 2, ((0, 1), (1, 2)))
             pooled = PF.max_pool2d(x, 3, 2, ((0, 1), (1, 0)))
@@ -948,10 +953,25 @@ def test_choices_are_bounded_oldest_first(tmp_path: Path, monkeypatch: pytest.Mo
 
 @requires_backend
 @pytest.mark.usefixtures("measured_tuner")
-def test_a_size_seen_once_measures_nothing() -> None:
-    """Variable-size inputs (every size new) run on torch's plan on their first call and
-    never wait for a measurement; a size met again is decided then."""
+def test_new_sizes_are_measured_on_their_own_calls(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Variable-size inputs (every size new) never wait for a measurement of their own: a
+    class is timed on its calls (a paired call runs both sides once and returns torch's
+    output), checked on them too (no stand-ins), and decided within a few of them; every
+    output equals the reference."""
+    from padkit.native import _tune
+
+    monkeypatch.setattr(_tune, "BUDGET", 1e9)
     conv = pnn.Conv2d(4, 8, 3, stride=2, padding="same")
+    timed: list[int] = []
+    monkeypatch.setattr(_tune, "_time_pair", lambda *a, **k: timed.append(1) or (1.0, 1.0, True))
+    stand_ins: list[int] = []
+    real_stand_in = _ops._stand_in
+    monkeypatch.setattr(
+        _ops, "_stand_in", lambda *a, **k: stand_ins.append(1) or real_stand_in(*a, **k)
+    )
+    runs: list[int] = []
+    real_conv = _ops.conv
+    monkeypatch.setattr(_ops, "conv", lambda *a, **k: runs.append(1) or real_conv(*a, **k))
 
     def ref(x: Tensor) -> Tensor:  # TF 'same', k3 s2: total max(2 - (n - 1) % 2, 0)
         pads = []
@@ -961,15 +981,15 @@ def test_a_size_seen_once_measures_nothing() -> None:
         return F.conv2d(F.pad(x, pads), conv.weight, conv.bias, 2)
 
     seen = _dispatch.HOOK.seen
+    sizes = [(n, m) for n in range(18, 32, 2) for m in (18, 20)]  # even: pads (0, 1)
     with torch.no_grad():
-        for n in range(20, 26):
-            x = torch.randn(1, 4, n, n + 1)
+        for n, m in sizes:  # 14 new sizes of one class, (32, 32)
+            x = torch.randn(1, 4, n, m)
             _close(conv(x), ref(x))
-        assert native.info()["choices"] == []
-        assert _dispatch.HOOK.seen == seen + 6
-        x = torch.randn(1, 4, 21, 22)
-        _close(conv(x), ref(x))
-    assert len(native.info()["choices"]) == 1
+    assert _dispatch.HOOK.seen == seen + len(sizes)
+    assert not timed and not stand_ins  # no timing of its own, no stand-in check
+    assert len(runs) <= len(sizes)  # at most one oneDNN run a call
+    assert len(native.info()["choices"]) == 1  # decided: 5 calls a side at most
 
 
 @requires_backend
@@ -987,14 +1007,18 @@ def test_a_measured_size_class_decides_its_new_sizes(monkeypatch: pytest.MonkeyP
             pads += [total // 2, total - total // 2]
         return F.conv2d(F.pad(x, pads), conv.weight, conv.bias, 2)
 
+    from padkit.native import _tune
+
+    monkeypatch.setattr(_tune.Samples, "PAIRS", 2)  # decided at two samples a side
+    monkeypatch.setattr(_tune, "BUDGET", 1e9)
     tuner = _dispatch.HOOK.tuner
     asked: list[int] = []
     real = _ops.conv_is_fast
     monkeypatch.setattr(_ops, "conv_is_fast", lambda *a, **k: asked.append(1) or real(*a, **k))
     with torch.no_grad():
         x = torch.randn(1, 4, 20, 22)  # sizes 20..32 share the class (32, 32); pads (0, 1)
-        _close(conv(x), ref(x))
-        _close(conv(x), ref(x))  # a size met again: its class is measured
+        for _ in range(4):  # its class is measured on these calls: torch, oneDNN, twice
+            _close(conv(x), ref(x))
         ((key, _),) = tuner.choices.items()
         for side in (False, True):
             tuner.choices[key] = side
@@ -1011,8 +1035,13 @@ def test_a_measured_size_class_decides_its_new_sizes(monkeypatch: pytest.MonkeyP
 def test_a_pool_class_runs_its_new_sizes_on_its_measured_side(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """An asymmetric max pool's new sizes run on torch until its class is measured (at a
-    size met again), then on the side measured; every result equals the F.pad reference."""
+    """An asymmetric max pool's class is measured on its own first calls (each output
+    torch's), then its new sizes run on the side measured; every result equals the F.pad
+    reference."""
+    from padkit.native import _tune
+
+    monkeypatch.setattr(_tune.Samples, "PAIRS", 2)  # decided at two samples a side
+    monkeypatch.setattr(_tune, "BUDGET", 1e9)
     pool = pnn.MaxPool2d(3, 2, padding="same")
     used: list[int] = []
     real = _ops.pool
@@ -1024,16 +1053,128 @@ def test_a_pool_class_runs_its_new_sizes_on_its_measured_side(
         assert torch.equal(pool(x), want)
 
     with torch.no_grad():
-        for n in (20, 22, 24):  # one class (sizes up to 32), pads (0, 1) on both axes
-            check(torch.randn(1, 8, n, n + 2))
-        assert not used and native.info()["choices"] == []
-        check(torch.randn(1, 8, 24, 26))  # a size met again: the class is measured
+        for n in (20, 22, 24, 26):  # one class (sizes up to 32), pads (0, 1) on both axes
+            check(torch.randn(1, 8, n, n + 2))  # the class measured: torch, oneDNN, twice
         ((key, _),) = tuner.choices.items()
-        for side, n in ((True, 26), (False, 28)):
+        for side, n in ((True, 28), (False, 30)):  # sizes not met yet
             tuner.choices[key] = side
             used.clear()
             check(torch.randn(1, 8, n, n + 2))
             assert bool(used) == side
+
+
+def test_onednn_turns_stay_within_the_budget_and_decide_clear_cases_early() -> None:
+    """The sides take turns; a layer's first oneDNN call is made whatever it costs, later
+    ones (in any of its size classes) only while what they cost beyond the torch side
+    stays within BUDGET of the time the layer has run. Two samples a side that differ
+    clearly decide; close ones wait for PAIRS."""
+    from padkit.native import _tune
+
+    slow = _tune.Samples(("conv",))
+    assert not slow.native_turn()  # torch first
+    slow.add(False, 1e-3, 1e-3, 100)
+    for _ in range(_tune.Budget.FREE):
+        assert slow.native_turn()
+        # oneDNN costs 9 ms more than torch's 1 ms (a new size's primitive, its checks)
+        assert not slow.add(True, 1.2e-3, 1e-2, 100)
+    slow.add(False, 1e-3, 1e-3, 100)
+    assert not slow.native_turn()  # 9 ms spent beyond torch, against 12 ms run
+    while not slow.native_turn():
+        slow.add(False, 1e-3, 1e-3, 100)
+    assert slow.budget.spent <= _tune.BUDGET * slow.budget.elapsed
+    other = _tune.Samples(("conv", "another size class"), slow.budget)
+    other.add(False, 1e-3, 1e-3, 100)
+    assert other.native_turn()  # the layer's budget, shared by its size classes
+    other.add(True, 1.2e-3, 1e-2, 100)
+    slow.add(False, 1e-3, 1e-3, 100)
+    assert not slow.native_turn()
+    fast = _tune.Samples(("conv",))
+    for _ in range(2):
+        assert not fast.add(False, 1e-3, 1e-3, 100)
+        assert fast.native_turn()  # faster than torch: costs nothing beyond it
+        done = fast.add(True, 0.2e-3, 0.3e-3, 100)
+    assert done  # 5x faster twice: decided
+    t, n, steady = fast.result()
+    assert n < t * _tune.MARGIN and steady
+
+
+def test_a_size_class_takes_the_choice_of_its_measured_neighbours(tmp_path: Path) -> None:
+    """An unmeasured size class takes the choice measured for the same layer (kernel,
+    stride, channels...; pads aside) at sizes up to NEAR bucket steps away."""
+    from padkit.native import _tune
+
+    tuner = _tune.Tuner()
+    tuner.attach(tmp_path, "avx2", (3, 2, 0))
+
+    def key(pads: Any, batch: int, size: tuple[int, int], cout: int = 8) -> _tune.Key:
+        k = ("conv", (3, 3), (2, 2), (1, 1), pads, 1, (4, cout), "contiguous", "float32")
+        return (*k, batch, size, False, 1)
+
+    tuner.record(key(((0, 1), (0, 1)), 1, (64, 64)), 2e-3, 1e-3, True)
+    assert tuner.near(key(((1, 1), (0, 1)), 1, (128, 64))) is True  # one step, other pads
+    assert tuner.near(key(((0, 1), (0, 1)), 2, (128, 64))) is True  # two steps
+    assert tuner.near(key(((0, 1), (0, 1)), 1, (512, 64))) is None  # three steps
+    assert tuner.near(key(((0, 1), (0, 1)), 1, (64, 64), cout=16)) is None  # another layer
+    tuner.record(key(((0, 1), (0, 1)), 1, (256, 64)), 1e-3, 2e-3, True)
+    assert tuner.near(key(((0, 1), (0, 1)), 1, (256, 128))) is False  # the nearest
+
+
+@requires_backend
+@pytest.mark.usefixtures("measured_tuner")
+def test_a_paired_call_whose_onednn_result_differs_keeps_the_class_on_torch(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """oneDNN computing something else on a paired call: the output is torch's, and the
+    class runs on torch from then on (no oneDNN call)."""
+    real = _ops.conv
+    runs: list[int] = []
+
+    def garbage(*a: Any, **k: Any) -> Tensor:
+        runs.append(1)
+        return real(*a, **k) + 1.0
+
+    monkeypatch.setattr(_ops, "conv", garbage)
+    monkeypatch.setattr(_ops, "_agrees", {})  # the checks this garbage fails stay here
+    torch.manual_seed(4)
+    w = torch.randn(8, 4, 3, 3)
+    with torch.no_grad():
+        for n in range(20, 30, 2):
+            x = torch.randn(1, 4, n, n)
+            _close(
+                PF.conv2d(x, w, None, 2, ((0, 1), (0, 1))),
+                F.conv2d(F.pad(x, [0, 1, 0, 1]), w, None, 2),
+            )
+    assert len(runs) == 1
+    rows = native.info()["choices"]
+    assert [row["runs"] for row in rows] == ["torch"]
+
+
+@requires_backend
+@pytest.mark.usefixtures("measured_tuner")
+def test_a_paired_call_on_an_input_with_nan_compares_nothing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Where torch's output of a paired call holds a NaN (oneDNN may place it elsewhere),
+    the call returns torch's output and neither checks nor times the class; its oneDNN
+    run counts against the class's budget, so inputs that always hold one are not paired
+    for long."""
+    from padkit.native import _tune
+
+    runs: list[int] = []
+    real = _ops.conv
+    monkeypatch.setattr(_ops, "conv", lambda *a, **k: runs.append(1) or real(*a, **k))
+    w = torch.randn(8, 4, 3, 3)
+    x = torch.randn(1, 4, 20, 20)
+    x[0, 1, 5, 7] = float("nan")
+    want = F.conv2d(F.pad(x, [0, 1, 0, 1]), w, None, 2)
+    with torch.no_grad():
+        for _ in range(12):
+            got = PF.conv2d(x, w, None, 2, ((0, 1), (0, 1)))
+            torch.testing.assert_close(got, want, equal_nan=True)
+    assert native.info()["choices"] == []
+    ((samples),) = _dispatch.HOOK._sampling.values()
+    assert samples.native == [] and samples.budget.elapsed > 0
+    assert _tune.Budget.FREE <= len(runs) < 12
 
 
 def test_first_sightings_of_an_unmeasured_class_are_bounded() -> None:
@@ -1060,7 +1201,12 @@ def test_ten_thousand_distinct_sizes_keep_the_choices_bounded(
 
     timed: list[int] = []
     monkeypatch.setattr(_tune, "MAX_CHOICES", 6)
-    monkeypatch.setattr(_tune, "_time_pair", lambda *a, **k: timed.append(1) or (2e-3, 1e-3, True))
+    monkeypatch.setattr(_tune, "NEAR", 0)  # every size class measured on its own calls
+    monkeypatch.setattr(_tune, "BUDGET", 1e9)
+    real_record = _tune.Tuner.record
+    monkeypatch.setattr(
+        _tune.Tuner, "record", lambda *a, **k: timed.append(1) or real_record(*a, **k)
+    )
     conv = pnn.Conv2d(2, 2, 3, stride=2, padding="same")
     tuner = _dispatch.HOOK.tuner
     with torch.no_grad():
@@ -1083,6 +1229,7 @@ def test_ten_thousand_distinct_sizes_keep_the_choices_bounded(
     assert 0 < len(rows) <= info["choices_limit"]
     assert len(_dispatch.HOOK._decided) <= 4097
     assert len(_dispatch.HOOK._unmeasured) <= 4096
+    assert len(_dispatch.HOOK._sampling) <= 4096
 
 
 # ----------------------------------------------------------------------------- first use

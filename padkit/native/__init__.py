@@ -124,18 +124,19 @@ def enabled() -> bool:
 
 
 def set_tuning(measure: bool) -> None:
-    """``True``: time each new op signature on its first call and keep the faster side
-    (the default). ``False``: the deterministic mode, where the static rules decide. The
-    same switch governs padkit's other timed choice, the layout of a transposed conv that
-    would slice its output's end (:func:`padkit.functional.shifted_layout`): off, the
-    slice. A model compiled with ``torch.compile`` keeps the layout chosen when it was
-    compiled."""
+    """``True``: time each new op signature (on the workload's own calls in inference)
+    and keep the faster side (the default). ``False``: the deterministic mode, where the
+    static rules decide. The same switch governs padkit's other timed choice, the layout
+    of a transposed conv that would slice its output's end
+    (:func:`padkit.functional.shifted_layout`): off, the slice. A model compiled with
+    ``torch.compile`` keeps the layout chosen when it was compiled."""
     _dispatch.HOOK.tuner.measure = bool(measure)
 
 
 def forget_choices() -> None:
     """Drop the measured choices (in memory and the file on disk): ops are timed again."""
     _dispatch.HOOK.tuner.forget()
+    _dispatch.HOOK.restart_timings()
 
 
 def clear_cache() -> None:

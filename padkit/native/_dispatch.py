@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
@@ -78,6 +79,19 @@ class Hook:
         self.seen = 0
         #: first calls of call signatures per op signature (size class) not measured yet
         self._unmeasured: dict[_tune.Key, int] = {}
+        #: inference classes being timed on their own calls (:class:`_tune.Samples`), and
+        #: what each layer's oneDNN turns may still cost (per configuration)
+        self._sampling: dict[_tune.Key, _tune.Samples] = {}
+        self._budgets: dict[_tune.Key, _tune.Budget] = {}
+        #: paired calls per kernel check whose outputs could not be compared (not finite)
+        self._uncompared: dict[tuple[Any, ...], int] = {}
+
+    def restart_timings(self) -> None:
+        """Forget the timings under way on the workload's own calls and what each layer's
+        paired calls have cost (with the choices forgotten, or another choices file)."""
+        self._sampling.clear()
+        self._budgets.clear()
+        self._uncompared.clear()
 
     def _first_sighting(self, memo: tuple[Any, ...]) -> None:
         if len(self._decided) > 4096:
@@ -86,8 +100,9 @@ class Hook:
         self.seen += 1
 
     def _time_unseen(self, key: _tune.Key) -> bool:
-        """For a call signature's first call, in the measured mode, whose op signature
-        (size class) has no measured side yet: whether to time the class now. The first
+        """For a training call signature's first call, in the measured mode, whose op
+        signature (size class) has no measured side yet: whether to time the class now. The
+        first
         :data:`TIME_UNSEEN` such calls of a class run on torch untimed; the next one times
         it (a workload whose sizes never repeat); a size met again times it at once."""
         n = self._unmeasured.get(key, 0)
@@ -133,6 +148,8 @@ class Hook:
     ) -> bool:
         """The tuner's choice for ``key``, timing both sides on these inputs if it has none."""
         got = self.tuner.known(key)
+        if got is None:
+            got = self.tuner.near(key)
         if got is not None:
             return got
         bench = _Bench(inputs, training)
@@ -154,10 +171,10 @@ class Hook:
         torch_run: ConvRun | None,
         transposed: bool,
         first: bool,
-    ) -> tuple[bool, bool]:
-        """Whether this conv call runs on oneDNN, and whether that holds for its call
-        signature (False: a first call left to torch while its class is not measured, see
-        :meth:`_time_unseen`; the signature's next call decides)."""
+    ) -> tuple[bool | _Turn, bool]:
+        """Whether this conv call runs on oneDNN (or a :class:`_Turn` of its class's timing),
+        and whether that holds for its call signature (False: a first call of a class not
+        measured yet, see :meth:`_by_class`; the signature's next call decides)."""
         if transposed and not _policy.conv_transpose(x, w, groups, pads):
             return False, True  # symmetric crops: torch's own op
         measure = self.tuner.measure and torch_run is not None
@@ -165,13 +182,20 @@ class Hook:
             key = _conv_key(
                 "conv_transpose" if transposed else "conv", x, w, s, d, pads, groups, training
             )
-            decided = self._by_class(key, first)
+            decided = self._by_class(key, first, training)
             if decided is not None:
                 return decided
         if not _ops.conv_is_fast(
             x, w, b, s, d, pads, groups, transposed=transposed, training=training
         ):
             return False, True  # oneDNN has only its reference loops for a pass
+        if measure and not training:
+            check = _ops.conv_agree_key(
+                x, w, b, s, d, pads, groups, transposed=transposed, training=training
+            )
+            turn = self._turn(key, check)
+            if turn is not None:  # a paired call compares the two sides itself
+                return turn, False
         if not _ops.conv_agrees(
             x, w, b, s, d, pads, groups, transposed=transposed, training=training
         ):
@@ -246,6 +270,7 @@ class Hook:
         training = torch.is_grad_enabled() and (
             x.requires_grad or w.requires_grad or (b is not None and b.requires_grad)
         )
+        turn: _Turn | None = None
         if self.force:
             if not self._go(x, w, b) or not _ops.conv_agrees(
                 x, w, b, s, d, pads, groups, transposed=transposed, training=training
@@ -281,10 +306,11 @@ class Hook:
             settled = True
             if use is None or use is _NEW:
                 # measured mode: a signature's first call takes its size class's measured
-                # side (one on torch asks oneDNN nothing), or torch's while the class has
-                # none, so a size seen once (variable-length audio, detection resizes, a
-                # stream's last chunk) never waits for kernel checks or a timing; the
-                # signature's second call measures its class
+                # side (one on torch asks oneDNN nothing), or, while the class has none, a
+                # turn of the class's timing on its own first calls (inference; torch's
+                # side in training), so a size seen once (variable-length audio, detection
+                # resizes, a stream's last chunk) never waits for a timing; a signature's
+                # second call in a class still unmeasured times it (the tuner's decide)
                 first = use is _NEW and memo[-1]
                 if first:
                     self._first_sighting(memo)
@@ -313,8 +339,20 @@ class Hook:
                 if note is not None and settled:
                     note.append(True)
                 return None
+            if isinstance(use, _Turn):
+                if (use.paired or not use.native) and torch_run is not None:
+                    run = torch_run
+                    got: Tensor = self._paired(
+                        use,
+                        lambda: run(x, w, b),
+                        lambda: _ops.conv(x, w, b, s, d, pads, groups, transposed=transposed),
+                    )
+                    return got
+                turn = use
         try:
-            out = _ops.conv(x, w, b, s, d, pads, groups, transposed=transposed)
+            out = self._native_timed(
+                turn, lambda: _ops.conv(x, w, b, s, d, pads, groups, transposed=transposed)
+            )
         except _ops.NativeError as err:
             self.fallbacks[f"{'conv_transpose' if transposed else 'conv'}: {err}"] += 1
             return None
@@ -322,6 +360,75 @@ class Hook:
         # than torch does (its float32 kernels place them as torch does: the IEEE fuzz): a
         # bfloat16 output that is not all finite is computed again by torch's plan
         return out if out.dtype != torch.bfloat16 or all_finite(out) else None
+
+    def _paired(
+        self, turn: _Turn, run_torch: Callable[[], Any], run_native: Callable[[], Any]
+    ) -> Any:
+        """A call in its class's timing (:class:`_tune.Samples`) or kernel check: torch
+        alone (timed), or paired: both sides on this input, torch's output returned and
+        oneDNN's compared with it where torch's is finite (a class whose oneDNN result
+        differs, or that oneDNN refuses, runs on torch). oneDNN's turns whose kernels were
+        checked run as the op's other oneDNN calls (:meth:`_native_timed`)."""
+        samples = turn.samples
+        if not turn.native:
+            t0 = time.perf_counter()
+            with _torch_only():
+                out = run_torch()
+            t1 = time.perf_counter()
+            if samples is not None:
+                first = out[0] if isinstance(out, tuple) else out
+                self._sampled(samples, samples.add(False, t1 - t0, t1 - t0, first.numel()))
+            return out
+        try:
+            t0 = time.perf_counter()
+            got = run_native()
+            t1 = time.perf_counter()
+            with _torch_only():
+                out = run_torch()
+            t2 = time.perf_counter()
+        except _ops.NativeError as err:
+            self.fallbacks[f"{turn.what}: {err}"] += 1
+            if turn.check is not None:
+                _ops.note_agreement(turn.check, False)
+            return run_torch()
+        ref = out[0] if isinstance(out, tuple) else out
+        if not all_finite(ref):  # where oneDNN places a NaN may differ: no comparison
+            if samples is not None:
+                samples.wasted(t1 - t0)
+            if turn.check is not None:
+                if len(self._uncompared) >= 4096:
+                    self._uncompared.clear()
+                self._uncompared[turn.check] = self._uncompared.get(turn.check, 0) + 1
+            return out
+        ok = _ops.close_enough(got, ref, ref.dtype)
+        if turn.check is not None:
+            _ops.note_agreement(turn.check, ok)
+        if samples is None:
+            return out
+        if not ok:  # the class runs on torch (the check above: its signatures too)
+            self._sampling.pop(samples.key, None)
+            self.tuner.record(samples.key, 1.0, math.inf, False)
+            return out
+        total = time.perf_counter() - samples.started
+        self._sampled(samples, samples.add_pair(t2 - t1, t1 - t0, total, int(ref.numel())))
+        return out
+
+    def _native_timed(self, turn: _Turn | None, run: Callable[[], Tensor]) -> Tensor:
+        """``run()`` (oneDNN), timed as a sample of ``turn``'s class where it is one."""
+        if turn is None or turn.samples is None:
+            return run()
+        t0 = time.perf_counter()
+        out = run()
+        t1 = time.perf_counter()
+        samples = turn.samples
+        self._sampled(samples, samples.add(True, t1 - t0, t1 - samples.started, out.numel()))
+        return out
+
+    def _sampled(self, samples: _tune.Samples, ready: bool) -> None:
+        """After a sample: the class's choice, once it can be made."""
+        if ready:
+            self._sampling.pop(samples.key, None)
+            self.tuner.record(samples.key, *samples.result())
 
     def pool(
         self,
@@ -348,6 +455,7 @@ class Hook:
         if _traced() or type(x) not in _TYPES or x.layout != torch.strided or x.is_nested:
             return None
         training = torch.is_grad_enabled() and x.requires_grad
+        turn: _Turn | None = None
         if self.force:
             if not self._pool_ok(k, s, d, pads, outs, x) or not _ops.pool_agrees(
                 kind, x, outs, k, s, d, pads, training=training
@@ -385,18 +493,26 @@ class Hook:
                 )
                 if not use:  # left to torch: what the checks and the timing built goes
                     _ops.drop_since(mark)
-                if settled:
+                if settled and not isinstance(use, _Turn):
                     self._decided[memo] = use
             if not use:
                 if note is not None and settled:
                     note.append(True)
                 return None
+            if isinstance(use, _Turn):
+                if (use.paired or not use.native) and torch_run is not None:
+                    run = torch_run
+                    got: Tensor = self._paired(
+                        use, lambda: run(x), lambda: _ops.pool(kind, x, outs, k, s, d, pads)
+                    )
+                    return got
+                turn = use
         if kind == "max" and not all_finite(x):
             # oneDNN's max pooling drops NaN and starts a window at the lowest finite value
             # (a window of -inf gives -3.4e38): torch's plan keeps IEEE semantics
             return None
         try:
-            out = _ops.pool(kind, x, outs, k, s, d, pads)
+            out = self._native_timed(turn, lambda: _ops.pool(kind, x, outs, k, s, d, pads))
         except _ops.NativeError as err:
             self.fallbacks[f"pool: {err}"] += 1
             return None
@@ -405,17 +521,56 @@ class Hook:
             return out
         return None
 
-    def _by_class(self, key: Any, first: bool) -> tuple[bool, bool] | None:
+    def _by_class(self, key: Any, first: bool, training: bool) -> tuple[bool | _Turn, bool] | None:
         """What a call's size class already decides (as ``_conv_choice`` returns it): torch,
-        for a class measured for torch (oneDNN is asked nothing: no kernel query, check or
-        primitive); torch for now, not for the signature, for a first call whose class is
-        not measured yet (:meth:`_time_unseen`); None: the call goes on to the checks."""
+        for a class measured for torch, or taking the choice of a neighbouring size class
+        (:meth:`_tune.Tuner.near`): oneDNN is asked nothing (no kernel query, check or
+        primitive). For a class not measured yet, in inference, a call of its timing on
+        its own calls (:class:`_tune.Samples`): a torch-alone call here, or None for a
+        paired call after the kernel query (:meth:`_turn`); in training (whose backward
+        runs later) torch for a first call, not for the signature (:meth:`_time_unseen`).
+        None: the call goes on to the checks."""
         known = self.tuner.known(key)
+        if known is None:
+            known = self.tuner.near(key)
         if known is False:
             return False, True
-        if first and known is None and not self._time_unseen(key):
-            return False, False
+        if known is None:
+            if not training and not _tune.timing():
+                samples = self._sampling.get(key)
+                if samples is None:
+                    if len(self._sampling) >= 4096:
+                        self._sampling.clear()
+                        self._budgets.clear()
+                    budget = self._budgets.setdefault(_tune.config(key), _tune.Budget())
+                    samples = self._sampling[key] = _tune.Samples(key, budget)
+                if not samples.native_turn():
+                    return _Turn(samples, False), False
+                samples.started = time.perf_counter()  # the kernel query counts
+                return None
+            if first and not self._time_unseen(key):
+                return False, False
         return None
+
+    def _turn(self, key: Any, check: tuple[Any, ...]) -> _Turn | None:
+        """oneDNN's turn (inference, after :meth:`_by_class` and the kernel query) in the
+        timing of ``key`` on its own calls, or the kernel check ``check`` made on this call
+        where it was not made yet (in place of random stand-ins: the same comparison, the
+        call's output torch's)."""
+        agreed = _ops.agreement(check)
+        if agreed is False:
+            return None  # the stand-in check's answer: torch (conv_agrees)
+        samples = self._sampling.get(key)
+        if (
+            samples is not None
+            and samples.native_turn()
+            and self.tuner.known(key) is None
+            and self.tuner.near(key) is None
+        ):
+            return _Turn(samples, True, check, paired=agreed is None)
+        if agreed is None and self._uncompared.get(check, 0) < _UNCOMPARED:
+            return _Turn(None, True, check, paired=True)
+        return None  # checked, or its outputs were not finite: on random stand-ins
 
     def _pool_choice(
         self,
@@ -430,21 +585,25 @@ class Hook:
         training: bool,
         torch_run: PoolRun | None,
         first: bool,
-    ) -> tuple[bool, bool]:
+    ) -> tuple[bool | _Turn, bool]:
         """Whether this pool call runs on oneDNN, and whether that holds for its call
         signature (as :meth:`_conv_choice`)."""
         measure = self.tuner.measure and torch_run is not None
         if measure:
             key = _pool_key(kind, x, k, s, d, pads, training)
-            decided = self._by_class(key, first)
+            decided = self._by_class(key, first, training)
             if decided is not None:
                 return decided
-        ok = (
-            self._pool_ok(k, s, d, pads, outs, x)
-            and _ops.pool_is_fast(kind, x, outs, k, s, d, pads, training=training)
-            and _ops.pool_agrees(kind, x, outs, k, s, d, pads, training=training)
-        )
-        if not ok:
+        if not self._pool_ok(k, s, d, pads, outs, x) or not _ops.pool_is_fast(
+            kind, x, outs, k, s, d, pads, training=training
+        ):
+            return False, True
+        if measure and not training:
+            check = _ops.pool_agree_key(kind, x, outs, k, s, d, pads, training=training)
+            turn = self._turn(key, check)
+            if turn is not None:  # a paired call compares the two sides itself
+                return turn, False
+        if not _ops.pool_agrees(kind, x, outs, k, s, d, pads, training=training):
             return False, True
         if not measure or torch_run is None:
             return _policy.pool(kind, strategy, x, k, s, pads), True
@@ -634,16 +793,43 @@ def _torch_only() -> Iterator[None]:
         active = before
 
 
+#: paired calls whose torch output is not finite (nothing to compare) after which a kernel
+#: check is made on random stand-ins instead
+_UNCOMPARED = 2
+
+
+class _Turn:
+    """One call's part in its class's timing on the workload's own calls (``samples``),
+    or in a kernel check (``check``, :func:`_ops.conv_agree_key`): torch alone, oneDNN
+    alone, or paired (both sides, :meth:`Hook._paired`)."""
+
+    __slots__ = ("check", "native", "paired", "samples", "what")
+
+    def __init__(
+        self,
+        samples: _tune.Samples | None,
+        native: bool,
+        check: tuple[Any, ...] | None = None,
+        *,
+        paired: bool = False,
+    ) -> None:
+        self.samples = samples
+        self.native = native
+        self.check = check
+        #: both sides on this call (a kernel check), torch's output returned
+        self.paired = paired
+        #: the op, as the backend's fallback counts name it
+        self.what = "pool" if check is not None and check[0] == "pool" else "conv"
+
+
 #: a call signature not seen before
 _NEW: Any = object()
-#: first calls of new call signatures that an op signature (size class) with no measured
-#: side runs on torch before one of them times it. A timing with its kernel check costs
-#: about 10 to 40 calls, and the check alone 5 to 15 calls of a depthwise conv (a oneDNN
-#: and a torch run on stand-ins, a primitive made for each): run on oneDNN by the static
-#: rules, a class's first new sizes (about 4 per class in bench/new_sizes.py's first pass)
-#: measured 1.28x torch's layers against 1.20x left on torch (2 threads, 8 runs). A
-#: workload whose sizes never repeat pays the timing once per class after this many calls;
-#: one whose sizes repeat has its class timed at a size's second call
+#: first calls of new call signatures that a training op signature (size class) with no
+#: measured side runs on torch before one of them times it (inference classes are timed
+#: on their own calls instead, :class:`_tune.Samples`). A timing with its kernel check
+#: costs about 10 to 40 calls: a workload whose sizes never repeat pays it once per class
+#: after this many calls; one whose sizes repeat has its class timed at a size's second
+#: call
 TIME_UNSEEN = 256
 
 HOOK = Hook()

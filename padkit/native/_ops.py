@@ -539,7 +539,7 @@ def _stand_in(t: Tensor, gen: torch.Generator, grad: bool, part: int = 0) -> Ten
     return out.requires_grad_(grad)
 
 
-def _close(got: Tensor | None, want: Tensor | None, dtype: torch.dtype) -> bool:
+def close_enough(got: Tensor | None, want: Tensor | None, dtype: torch.dtype) -> bool:
     """``got`` within a loose tolerance of ``want`` (both computed here, in float32): the
     check is for kernels that compute garbage, not for rounding."""
     if got is None or want is None:
@@ -582,20 +582,50 @@ def _agree(
                 None if t is None else t.detach().float().requires_grad_(training) for t in ins
             ]
             want = reference(*ref_ins)
-            ok = _close(got, want, dtype)
+            ok = close_enough(got, want, dtype)
             if ok and training:
                 g = _stand_in(got, gen, False, len(inputs))
                 live = [t for t in ins if t is not None]
                 ref_live = [t for t in ref_ins if t is not None]
                 grads = torch.autograd.grad(got, live, g)
                 ref_grads = torch.autograd.grad(want, ref_live, g.float())
-                ok = all(_close(a, b, dtype) for a, b in zip(grads, ref_grads))
+                ok = all(close_enough(a, b, dtype) for a, b in zip(grads, ref_grads))
     except (NativeError, RuntimeError):
         ok = False
     if len(_agrees) > 4096:
         _agrees.clear()
     _agrees[key] = ok
     return ok
+
+
+def conv_agree_key(
+    x: Tensor,
+    w: Tensor,
+    b: Tensor | None,
+    s: Sequence[int],
+    d: Sequence[int],
+    pads: Pairs,
+    groups: int,
+    *,
+    transposed: bool = False,
+    training: bool = False,
+) -> tuple[Any, ...]:
+    """What :func:`conv_agrees` checks once: the kernels oneDNN picks for each pass (asked
+    per exact call) and the input's :func:`_size_class`, with the op's other facts."""
+    kernels = _conv_kernels(x, w, b, s, d, pads, groups, transposed=transposed, training=training)
+    return (
+        1 if transposed else 0,
+        _size_class(x),
+        tuple(w.shape),
+        b is not None,
+        tuple(s),
+        tuple(d),
+        tuple(pads),
+        groups,
+        training,
+        torch.get_num_threads(),
+        kernels,
+    )
 
 
 def conv_agrees(
@@ -612,24 +642,10 @@ def conv_agrees(
 ) -> bool:
     """oneDNN's conv (forward, and both backward passes when ``training``) equals torch's
     ``F.pad`` + conv on random stand-ins of these tensors: checked once per kernel and
-    size class (the kernels oneDNN picks for each pass, asked per exact call, and the
-    input's :func:`_size_class`), so a new size whose class and kernels were checked costs
-    nothing here."""
+    size class (:func:`conv_agree_key`), so a new size whose class and kernels were
+    checked costs nothing here."""
     kind = 1 if transposed else 0
-    kernels = _conv_kernels(x, w, b, s, d, pads, groups, transposed=transposed, training=training)
-    key = (
-        kind,
-        _size_class(x),
-        tuple(w.shape),
-        b is not None,
-        tuple(s),
-        tuple(d),
-        tuple(pads),
-        groups,
-        training,
-        torch.get_num_threads(),
-        kernels,
-    )
+    key = conv_agree_key(x, w, b, s, d, pads, groups, transposed=transposed, training=training)
 
     def native_fn(x: Tensor, w: Tensor, b: Tensor | None) -> Tensor:
         return conv(x, w, b, s, d, pads, groups, transposed=transposed)
@@ -638,6 +654,27 @@ def conv_agrees(
         return _conv_reference(kind, x, w, b, s, d, pads, groups)
 
     return _agree(key, (x, w, b), native_fn, reference, training)
+
+
+def pool_agree_key(
+    kind: str,
+    x: Tensor,
+    out_sizes: Sequence[int],
+    k: Sequence[int],
+    s: Sequence[int],
+    d: Sequence[int],
+    pads: Pairs,
+    *,
+    training: bool = False,
+) -> tuple[Any, ...]:
+    """As :func:`conv_agree_key`, for a pool."""
+    alg = POOL_ALG[kind]
+    shape = (int(x.shape[0]), int(x.shape[1]), *out_sizes)
+    p = _pool_params(alg, x, shape, k, s, d, pads, training, is_channels_last(x))
+    p[1] = 0
+    kernels = _kernels(p, len(p), (0, 1) if training else (0,))
+    facts = (tuple(k), tuple(s), tuple(d), tuple(pads), training, torch.get_num_threads())
+    return ("pool", alg, _size_class(x), *facts, kernels)
 
 
 def pool_agrees(
@@ -653,12 +690,7 @@ def pool_agrees(
 ) -> bool:
     """As :func:`conv_agrees`, for a pool."""
     alg = POOL_ALG[kind]
-    shape = (int(x.shape[0]), int(x.shape[1]), *out_sizes)
-    p = _pool_params(alg, x, shape, k, s, d, pads, training, is_channels_last(x))
-    p[1] = 0
-    kernels = _kernels(p, len(p), (0, 1) if training else (0,))
-    key: tuple[Any, ...] = ("pool", alg, _size_class(x), tuple(k), tuple(s), tuple(d))
-    key += (tuple(pads), training, torch.get_num_threads(), kernels)
+    key = pool_agree_key(kind, x, out_sizes, k, s, d, pads, training=training)
 
     def native_fn(x: Tensor) -> Tensor:
         return pool(kind, x, out_sizes, k, s, d, pads)
@@ -667,6 +699,19 @@ def pool_agrees(
         return _pool_reference(alg, x, out_sizes, k, s, d, pads)
 
     return _agree(key, (x,), native_fn, reference, training)
+
+
+def agreement(key: tuple[Any, ...]) -> bool | None:
+    """What the check of ``key`` found (:func:`conv_agrees`), None where it was not made."""
+    return _agrees.get(key)
+
+
+def note_agreement(key: tuple[Any, ...], ok: bool) -> None:
+    """The check of ``key`` made on a workload's own call: oneDNN's output compared with
+    torch's (inference; the tuner's paired calls)."""
+    if len(_agrees) > 4096:
+        _agrees.clear()
+    _agrees[key] = ok
 
 
 def pool_is_fast(

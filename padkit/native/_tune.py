@@ -1,9 +1,12 @@
 """Which side runs an op: measured on the machine that runs it, remembered on disk.
 
 For each op signature (kind, kernel, stride, dilation, pads, groups, channels, layout,
-dtype, a batch and size bucket, training or not, thread count) the first call times
-padkit's torch plan against the oneDNN primitive, a few runs each, interleaved, and keeps
-the faster, the way ``torch.backends.cudnn.benchmark`` does. The choices are written to a
+dtype, a batch and size bucket, training or not, thread count) padkit's torch plan and the
+oneDNN primitive are timed and the faster is kept, the way ``torch.backends.cudnn.benchmark``
+does: in inference on the workload's own calls, a side a call (:class:`Samples`, within
+each layer's :class:`Budget`), where a neighbouring size class of the same layer has no
+choice yet (:meth:`Tuner.near`); in training in interleaved rounds on a signature's second
+call (:func:`_time_pair`). The choices are written to a
 JSON file in the backend's cache directory whose name is a hash of what makes timings
 comparable: the CPU model, the instruction set oneDNN dispatches to, and the oneDNN,
 torch and padkit versions. Another machine, ``ONEDNN_MAX_CPU_ISA`` setting or upgrade
@@ -24,7 +27,7 @@ import platform
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -54,6 +57,23 @@ STEADY = 1.5
 MAX_CHOICES = 2048
 
 
+#: the most bucket steps between a size class and the measured one it takes its choice
+#: from (:meth:`Tuner.near`)
+NEAR = 2
+#: where a key holds its pads, its batch bucket and its size buckets
+_PADS, _BATCH, _SIZE = 4, 9, 10
+
+
+def config(key: Key) -> Key:
+    """``key`` without its pads, batch and size buckets."""
+    return key[:_PADS] + key[_PADS + 1 : _BATCH] + key[_SIZE + 1 :]
+
+
+def _steps(a: int, b: int) -> int:
+    """Bucket steps (factors of two) between two buckets."""
+    return abs(int(a).bit_length() - int(b).bit_length())
+
+
 def bucket(n: int) -> int:
     """The power of two at or above ``n``: sizes that share a bucket share a choice."""
     return 1 if n <= 1 else 1 << (int(n) - 1).bit_length()
@@ -69,7 +89,7 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
-def _median(v: list[float]) -> float:
+def _median(v: Sequence[float]) -> float:
     s = sorted(v)
     return s[len(s) // 2]
 
@@ -91,6 +111,8 @@ class Tuner:
         self._lock = threading.Lock()
         #: bumped whenever remembered choices may change meaning (another file, forget)
         self.version = 0
+        #: :meth:`near`'s answers, with the (version, number of choices) they were made at
+        self._near: dict[Key, tuple[tuple[int, int], bool | None]] = {}
 
     def reset_lock(self) -> None:
         """A new lock (a forked child: the parent's may have been held by another thread)."""
@@ -162,6 +184,33 @@ class Tuner:
             got = self.choices.get(key)
         return got
 
+    def near(self, key: Key) -> bool | None:
+        """The choice measured for the nearest other size class of ``key``'s configuration
+        (every field but the batch and size buckets and the pads equal: TF-'same' pads
+        change with each size's parity), at most :data:`NEAR` bucket steps away (a step: a
+        factor of two in the batch or one size); None where there is none. What an
+        unmeasured class of a layer already measured at neighbouring sizes runs, so that a
+        workload of new sizes measures each layer about once."""
+        memo = self._near.get(key)
+        stamp = (self.version, len(self.choices))
+        if memo is not None and memo[0] == stamp:
+            return memo[1]
+        best: tuple[int, bool] | None = None
+        layer = config(key)
+        for other, choice in self.choices.items():
+            if len(other) != len(key) or config(other) != layer:
+                continue
+            steps = _steps(key[_BATCH], other[_BATCH]) + sum(
+                _steps(a, b) for a, b in zip(key[_SIZE], other[_SIZE])
+            )
+            if steps <= NEAR and (best is None or steps < best[0]):
+                best = (steps, choice)
+        got = None if best is None else best[1]
+        if len(self._near) >= 4096:
+            self._near.clear()
+        self._near[key] = (stamp, got)
+        return got
+
     def decide(
         self,
         key: Key,
@@ -183,14 +232,26 @@ class Tuner:
                     t_torch, t_native, steady = _time_pair(run_torch, run_native)
                 else:
                     t_torch, t_native, steady = _time_pair(run_torch, run_native, rounds)
-            self.timings[key] = (t_torch, t_native)
-            choice = self.choices[key] = t_native < t_torch * MARGIN
-            self._evict()
-            if steady:
-                self._save()
-            else:
-                self.unsteady.add(key)
-            return choice
+            return self._keep(key, t_torch, t_native, steady)
+
+    def record(self, key: Key, t_torch: float, t_native: float, steady: bool) -> bool:
+        """Remember a choice timed elsewhere (on the workload's own calls, see
+        :class:`Samples`); a choice already made for ``key`` stands."""
+        with self._lock:
+            got = self.choices.get(key)
+            if got is not None:
+                return got
+            return self._keep(key, t_torch, t_native, steady)
+
+    def _keep(self, key: Key, t_torch: float, t_native: float, steady: bool) -> bool:
+        self.timings[key] = (t_torch, t_native)
+        choice = self.choices[key] = t_native < t_torch * MARGIN
+        self._evict()
+        if steady:
+            self._save()
+        else:
+            self.unsteady.add(key)
+        return choice
 
     def _evict(self) -> None:
         """Keep at most :data:`MAX_CHOICES`, dropping the oldest (dicts keep insertion order:
@@ -230,6 +291,140 @@ class Tuner:
                 }
             )
         return rows
+
+
+class Budget:
+    """What one layer's oneDNN calls in its timing (:class:`Samples`, every size class of
+    one configuration: :func:`config`) may still cost: the first :attr:`FREE` is free,
+    later ones while what they cost beyond the torch side stays within :data:`BUDGET` of
+    the time the layer's calls have run."""
+
+    __slots__ = ("elapsed", "spent", "tried")
+
+    #: oneDNN calls made whatever the budget
+    FREE = 1
+
+    def __init__(self) -> None:
+        #: seconds the calls took; seconds the oneDNN calls cost beyond the torch side;
+        #: oneDNN calls made
+        self.elapsed = 0.0
+        self.spent = 0.0
+        self.tried = 0
+
+    def allows(self) -> bool:
+        """Whether the next call may run the oneDNN side."""
+        return self.tried < self.FREE or self.spent <= BUDGET * self.elapsed
+
+
+class Samples:
+    """Timings of an op signature (size class) taken on the workload's own calls, a side a
+    call in turn, each timed per output element (the sizes of one class differ) with what
+    it cost: a new size's primitive included (oneDNN's, or torch's own where its conv
+    builds one), which is what a workload of new sizes pays. A oneDNN call whose kernels
+    were not checked at its size class yet is *paired*: it runs both sides on its input,
+    returns torch's output and compares oneDNN's with it (the kernel check), and gives a
+    sample of each side.
+
+    oneDNN takes its turns as the layer's :class:`Budget` allows (torch the others), so a
+    workload is never stalled by more than :data:`BUDGET`, and a class is decided in a few
+    of its calls where the sides differ clearly."""
+
+    __slots__ = ("budget", "key", "native", "native_n", "started", "torch", "torch_n")
+
+    #: samples a side after which the choice is made
+    PAIRS = 5
+    #: samples a side after which a clear difference decides early: a ratio beyond
+    #: :attr:`CLEAR` either way
+    EARLY = 2
+    CLEAR = 1.5
+    #: the most torch samples kept (oneDNN's turns may wait for the budget)
+    KEEP = 16
+
+    def __init__(self, key: Key, budget: Budget | None = None) -> None:
+        self.key = key
+        self.budget = Budget() if budget is None else budget
+        #: seconds per output element of each side's calls, and their output elements
+        self.torch: list[float] = []
+        self.native: list[float] = []
+        self.torch_n: list[int] = []
+        self.native_n: list[int] = []
+        #: when the pending oneDNN call started (its kernel query counts)
+        self.started = 0.0
+
+    def native_turn(self) -> bool:
+        """Whether the next call runs the oneDNN side (its turn, as the budget allows)."""
+        return len(self.native) < len(self.torch) and self.budget.allows()
+
+    def add(self, native: bool, seconds: float, total: float, elements: int) -> bool:
+        """One side's call: its run took ``seconds``, ``total`` with its checks. True once
+        the choice can be made: :attr:`PAIRS` samples a side, or :attr:`EARLY` that differ
+        clearly."""
+        elements = max(elements, 1)
+        budget = self.budget
+        budget.elapsed += total
+        if native:
+            budget.tried += 1
+            budget.spent += total - self._torch_per_element() * elements
+            self.native.append(seconds / elements)
+            self.native_n.append(elements)
+        else:
+            self.torch.append(seconds / elements)
+            self.torch_n.append(elements)
+            if len(self.torch) > self.KEEP:
+                del self.torch[0], self.torch_n[0]
+        return self._ready()
+
+    def add_pair(self, t_torch: float, t_native: float, total: float, elements: int) -> bool:
+        """A paired call: each side's run, ``total`` with everything the pair cost (its
+        oneDNN run and checks are what it cost beyond torch's)."""
+        elements = max(elements, 1)
+        budget = self.budget
+        budget.tried += 1
+        budget.elapsed += total
+        budget.spent += total - t_torch
+        self.torch.append(t_torch / elements)
+        self.torch_n.append(elements)
+        self.native.append(t_native / elements)
+        self.native_n.append(elements)
+        return self._ready()
+
+    def wasted(self, seconds: float) -> None:
+        """A paired call that compared nothing (torch's output held a NaN): its oneDNN run
+        cost ``seconds`` beyond torch's."""
+        self.budget.tried += 1
+        self.budget.elapsed += seconds
+        self.budget.spent += seconds
+
+    def _torch_per_element(self) -> float:
+        return _median(self.torch) if self.torch else 0.0
+
+    def _ready(self) -> bool:
+        n = min(len(self.torch), len(self.native))
+        if n >= self.PAIRS:
+            return True
+        if n < self.EARLY:
+            return False
+        ratio = self._ratio()
+        return ratio > self.CLEAR or ratio * self.CLEAR < 1
+
+    def _ratio(self) -> float:
+        """oneDNN's time over torch's per element: the lower median of oneDNN's samples over
+        the median of torch's (of two, the faster: a call whose oneDNN side built a
+        primitive for a size that then repeats does not outvote one that did not)."""
+        native = sorted(self.native)
+        return native[(len(native) - 1) // 2] / max(_median(self.torch), 1e-15)
+
+    def result(self) -> tuple[float, float, bool]:
+        """Seconds per call of each side at the median call's size and whether both sides'
+        samples were steady (as :func:`_time_pair` judges it)."""
+        t = _median(self.torch) * _median(self.torch_n + self.native_n)
+        steady = _spread(self.torch) <= STEADY and _spread(self.native) <= STEADY
+        return t, t * self._ratio(), steady
+
+
+#: what a layer's oneDNN calls in its timing may cost beyond its torch side, as a fraction
+#: of the time the layer has run (:class:`Budget`)
+BUDGET = 0.05
 
 
 _TIMING = threading.local()
