@@ -24,6 +24,7 @@ weight runs the torch plan.
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -55,42 +56,52 @@ _RAW: dict[tuple[Any, ...], bool] = {}
 _DTYPES = (torch.float32, torch.float64)
 
 
+Span = tuple[int, int, int, int]
+
+
+@functools.lru_cache(maxsize=1024)
+def _spans(
+    length: int, k: int, lo: int, hi: int, d: int
+) -> tuple[int, Span | None, tuple[Span, ...]]:
+    """For an input of ``length``: the output length, the tap that reads the input for
+    every output (it starts the sum, with the bias; None where none does) and the taps
+    that add to part of it, each ``(tap, offset, first output, end)`` (output ``t`` reads
+    input ``t + offset``)."""
+    out_len = length + lo + hi - d * (k - 1)
+    spans = []
+    for j in range(k):
+        off = j * d - lo
+        t0, t1 = max(0, -off), min(out_len, length - off)
+        if t1 > t0:
+            spans.append((j, off, t0, t1))
+    first = next((s for s in spans if s[2] == 0 and s[3] == out_len), None)
+    return out_len, first, tuple(s for s in spans if s != first)
+
+
 def conv1d_taps(x: Tensor, weight: Tensor, bias: Tensor | None, pads: Pairs, d: int) -> Tensor:
     """The 1-d, stride-1, ungrouped conv of ``x`` (N, C, L) padded by ``pads`` (zeros)."""
     n, _, length = x.shape
     cout, _, k = weight.shape
     ((lo, hi),) = pads
-    out_len = length + lo + hi - d * (k - 1)
+    out_len, first, rest = _spans(int(length), int(k), lo, hi, d)
     out = x.new_empty((n, cout, out_len))
     taps = weight.permute(2, 0, 1).contiguous()  # (k, out, in): one matrix per tap
-    spans = []
-    for j in range(k):
-        off = j * d - lo  # output t reads input t + off
-        t0, t1 = max(0, -off), min(out_len, length - off)
-        if t1 > t0:
-            spans.append((j, off, t0, t1))
-    # a tap that reads the input for every output starts the sum (with the bias)
-    first = next((s for s in spans if s[2] == 0 and s[3] == out_len), None)
-    if first is not None:  # it writes the output: it runs before the others add to it
-        spans.remove(first)
-        spans.insert(0, first)
+    start = None if bias is None else bias.unsqueeze(1).expand(cout, out_len)
     for i in range(n):
         o, xi = out[i], x[i]
-        if first is None:
-            if bias is None:
-                o.zero_()
+        if first is not None:  # it writes the output: it runs before the others add to it
+            j, off, t0, t1 = first
+            if start is None:
+                torch.mm(taps[j], xi[:, t0 + off : t1 + off], out=o)
             else:
-                o.copy_(bias.unsqueeze(1).expand(cout, out_len))
-        for j, off, t0, t1 in spans:
-            src = xi[:, t0 + off : t1 + off]
-            if (j, off, t0, t1) == first:
-                if bias is None:
-                    torch.mm(taps[j], src, out=o)
-                else:
-                    torch.addmm(bias.unsqueeze(1).expand(cout, out_len), taps[j], src, out=o)
-            else:
-                part = o[:, t0:t1]
-                torch.addmm(part, taps[j], src, out=part)
+                torch.addmm(start, taps[j], xi[:, t0 + off : t1 + off], out=o)
+        elif start is None:
+            o.zero_()
+        else:
+            o.copy_(start)
+        for j, off, t0, t1 in rest:
+            part = o[:, t0:t1]
+            torch.addmm(part, taps[j], xi[:, t0 + off : t1 + off], out=part)
     return out
 
 
