@@ -115,10 +115,15 @@ def _layer_call(self: Any, x: Any = None, *args: Any, **kwargs: Any) -> Any:
     machinery is skipped (it would run once per layer and step, the overhead that matters
     for small chunks)."""
     runner, plan, layer = self._padkit_stream
-    if plan.lean and not plan.pre_hooks and not args and not kwargs:  # a plain causal 1-d layer
-        y = _lean_step(runner.__dict__["_ctx"], plan, layer, x)
-        if y is not None:
-            return y
+    if not plan.pre_hooks and not args and not kwargs:
+        if plan.lean:  # a plain causal 1-d layer
+            y = _lean_step(runner.__dict__["_ctx"], plan, layer, x)
+            if y is not None:
+                return y
+        elif plan.pointwise and isinstance(x, Tensor) and x.dim() == 3 and x.shape[2] > 0:
+            # a 1x1 conv: no state, no padding, the torch conv (skips the layer's forward)
+            weight, bias = _params(layer)
+            return F.conv1d(x, weight, bias, 1, 0, 1, layer.groups)
     return runner._call_layer(plan, layer, x, args, kwargs)
 
 
@@ -1659,18 +1664,7 @@ def _lean_step(ctx: _Context | None, plan: _Plan, layer: Any, x: Any) -> Tensor 
             return None
     length = xs[2]
     ctx.called.add(plan.name)
-    # layer.weight and layer.bias without nn.Module's __getattr__ (a failed lookup that
-    # formats an error message, then the dict) where the class adds no descriptor
-    cls = type(layer)
-    plain = _PLAIN_PARAMS.get(cls)
-    if plain is None:
-        plain = _PLAIN_PARAMS[cls] = not (hasattr(cls, "weight") or hasattr(cls, "bias"))
-    params = layer._parameters
-    weight = params.get("weight") if plain else None
-    if weight is not None and "bias" in params:
-        bias = params["bias"]
-    else:
-        weight, bias = layer.weight, layer.bias
+    weight, bias = _params(layer)
     hist = plan.history
     if lean == LEAN_WINDOW:
         y = _lean_window(plan, layer, x, buf, pos_i, weight, bias)
@@ -1686,6 +1680,21 @@ def _lean_step(ctx: _Context | None, plan: _Plan, layer: Any, x: Any) -> Tensor 
     ctx.state_out[plan.key_buf] = kept
     ctx.state_out[plan.key_pos] = _advanced(ctx, pos, length)
     return y
+
+
+def _params(layer: Any) -> tuple[Tensor, Tensor | None]:
+    """``layer.weight`` and ``layer.bias``, without nn.Module's ``__getattr__`` (a failed
+    lookup that formats an error message, then the dict) where the class adds no
+    descriptor for them (a parametrization's property)."""
+    cls = type(layer)
+    plain = _PLAIN_PARAMS.get(cls)
+    if plain is None:
+        plain = _PLAIN_PARAMS[cls] = not (hasattr(cls, "weight") or hasattr(cls, "bias"))
+    params = layer._parameters
+    weight = params.get("weight") if plain else None
+    if weight is not None and "bias" in params:
+        return weight, params["bias"]
+    return layer.weight, layer.bias
 
 
 def _lean_simple(
