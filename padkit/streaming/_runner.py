@@ -1665,14 +1665,8 @@ def _lean_step(ctx: _Context | None, plan: _Plan, layer: Any, x: Any) -> Tensor 
     length = xs[2]
     ctx.called.add(plan.name)
     weight, bias = _params(layer)
-    hist = plan.history
     if lean == LEAN_WINDOW:
-        y = _lean_window(plan, layer, x, buf, pos_i, weight, bias)
-        if length >= hist:
-            # a copy: a view would see the model (or the caller) change ``x`` in place
-            kept = x.narrow(2, length - hist, hist).clone()
-        else:
-            kept = torch.cat((buf.narrow(2, length, hist - length), x), 2)
+        y, kept = _lean_window(plan, layer, x, buf, pos_i, weight, bias)
     elif lean == LEAN_OVERLAP:
         y, kept = _lean_overlap(plan, layer, x, buf, pos_i, weight, bias)
     else:
@@ -1730,23 +1724,39 @@ def _lean_window(
     pos: int,
     weight: Tensor,
     bias: Tensor | None,
-) -> Tensor:
+) -> tuple[Tensor, Tensor]:
     """Any other causal 1-d conv after ``pos`` samples: ``conv1d`` (no pads: the history
     holds them) of only the samples the chunk's windows read, one contiguous tensor where
     they span history and chunk (a narrowed view of ``history ++ chunk`` would reach the
-    conv non-contiguous, which slows it)."""
+    conv non-contiguous, which slows it). The output and the next history: the tail of that
+    tensor where it ends with the chunk (at hop-sized chunks), else a copy of the tail of
+    ``history ++ chunk`` (never a view of ``x``, which the model or the caller may change in
+    place)."""
     hist = plan.history
-    off, m = plan.window(pos, int(x.shape[2]))
+    length = int(x.shape[2])
+    off, m = plan.window(pos, length)
+    seg: Tensor | None = None
     if m <= 0:
-        return x.new_zeros((x.shape[0], layer.out_channels, 0))
-    span = (m - 1) * plan.stride + plan.k_eff
-    if off >= hist:  # the windows read the chunk only
-        seg = x.narrow(2, off - hist, span)
-    elif off + span <= hist:  # ... the history only
-        seg = buf.narrow(2, off, span)
+        y = x.new_zeros((x.shape[0], layer.out_channels, 0))
     else:
-        seg = torch.cat((buf.narrow(2, off, hist - off), x.narrow(2, 0, span - hist + off)), 2)
-    return F.conv1d(seg, weight, bias, plan.s, 0, plan.d, layer.groups)
+        span = (m - 1) * plan.stride + plan.k_eff
+        if off >= hist:  # the windows read the chunk only
+            src = x.narrow(2, off - hist, span)
+        elif off + span <= hist:  # ... the history only
+            src = buf.narrow(2, off, span)
+        else:
+            head = buf.narrow(2, off, hist - off)
+            src = seg = torch.cat((head, x.narrow(2, 0, span - hist + off)), 2)
+        y = F.conv1d(src, weight, bias, plan.s, 0, plan.d, layer.groups)
+        if seg is not None and (off + span != hist + length or span < hist):
+            seg = None  # it does not end with the next history
+    if seg is not None:
+        kept = _kept(seg.narrow(2, seg.shape[2] - hist, hist), int(seg.shape[2]), hist, False)
+    elif length >= hist:
+        kept = x.narrow(2, length - hist, hist).clone()
+    else:
+        kept = torch.cat((buf.narrow(2, length, hist - length), x), 2)
+    return y, kept
 
 
 def _lean_overlap(
