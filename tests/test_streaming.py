@@ -1266,6 +1266,49 @@ def test_state_survives_inputs_changed_in_place(sizes: list[int]) -> None:
     torch.testing.assert_close(torch.cat(outs, -1), full, rtol=1e-5, atol=1e-6)
 
 
+def test_lean_steps_take_every_causal_1d_layer(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Once the stream is checked, causal 1-d convs at any stride, dilation or left pad and
+    causal 1-d transposed convs (a start crop included) run their lean step on every
+    non-empty chunk, the general path on none, at batch 2, for chunks that complete no
+    output of a strided layer too; the stream equals the full run."""
+    import padkit.streaming._runner as runner
+
+    torch.manual_seed(4)
+    model = nn.Sequential(
+        pn.Conv1d(2, 4, 3, padding="causal"),  # stride 1, padded by its reach
+        nn.ReLU(),
+        pn.Conv1d(4, 6, 4, stride=2, padding="causal"),  # strided
+        pn.Conv1d(6, 6, 3, dilation=2, padding=((7, 0),)),  # a pad past the kernel's reach
+        nn.Conv1d(6, 5, 3),  # no pad at all
+        nn.ConvTranspose1d(5, 4, 4, stride=2, padding=2),  # crops its first 2 outputs
+        pn.ConvTranspose1d(4, 3, 5, stride=3, padding="causal", bias=False),
+    ).double()
+    model.eval()
+    x = torch.randn(2, 2, 60, dtype=torch.float64)
+    with torch.no_grad():
+        full = model(x)
+    sm = StreamingModule(model)
+    general: list[str] = []
+    real = runner.StreamingModule._run_layer
+
+    def counting(self: StreamingModule, plan: object, layer: nn.Module, c: Tensor) -> Tensor:
+        if c.shape[-1] > 0:  # an empty input (upstream strides buffering) is no work
+            general.append(plan.name)  # type: ignore[attr-defined]
+        return real(self, plan, layer, c)  # type: ignore[arg-type]
+
+    sizes = [4, 1, 1, 3, 7, 2, 16, 1, 25]
+    state = sm.init_state(example=x[..., :1])
+    outs = []
+    with torch.no_grad():
+        for i, chunk in enumerate(x.split(sizes, -1)):
+            if i == 1:  # the first step checked the stream (the general path records)
+                monkeypatch.setattr(runner.StreamingModule, "_run_layer", counting)
+            y, state = sm.step(chunk, state)
+            outs.append(y)
+    assert general == []
+    torch.testing.assert_close(torch.cat(outs, -1), full, rtol=1e-10, atol=1e-12)
+
+
 @pytest.mark.parametrize("groups", [1, 2])
 @pytest.mark.parametrize("bias", [True, False])
 @pytest.mark.parametrize(("k", "s", "d"), [(5, 2, 2), (8, 4, 1), (16, 8, 1), (3, 3, 1)])

@@ -60,6 +60,11 @@ _ND: dict[type[nn.Module], int] = {
 
 # ----------------------------------------------------------------------------- layer plans
 
+# the lean steps (``_Plan.lean``)
+LEAN_SIMPLE = 1
+LEAN_WINDOW = 2
+LEAN_OVERLAP = 3
+
 
 @dataclass(frozen=True)
 class _Plan:
@@ -99,6 +104,13 @@ class _Plan:
     simple: bool = field(init=False)
     fast: bool = field(init=False)  # ... and a plain 1-d conv: the lean step path
     pointwise: bool = field(init=False)  # a 1-d conv of kernel 1, no pads: no state at all
+    # which lean step runs the layer (``padkit.streaming._runner._lean_step``; the general
+    # path checks and explains what it declines): LEAN_SIMPLE for ``fast``, LEAN_WINDOW for
+    # any other causal 1-d conv with a history (a stride, a left pad other than the kernel's
+    # reach), LEAN_OVERLAP for a causal 1-d transposed conv that holds no output back and
+    # whose kernel reaches its stride (overlap-add); 0 for none. A default on the class: a
+    # plan unpickled from before it existed takes the general path
+    lean: int = field(init=False, default=0)
     key_buf: str = field(init=False)
     key_pos: str = field(init=False)
 
@@ -132,6 +144,22 @@ class _Plan:
         )
         object.__setattr__(self, "fast", fast and self.hi == 0 and k_eff > 1)
         object.__setattr__(self, "pointwise", fast and self.hi == 0 and k_eff == 1)
+        lean = 0
+        if self.fast:
+            lean = LEAN_SIMPLE
+        elif (
+            self.kind == "conv"
+            and self.nd == 1
+            and not self.replicate
+            and not self.reflect
+            and not self.look
+            and self.hi == 0
+            and hist > 0
+        ):
+            lean = LEAN_WINDOW
+        elif self.partial and self.hi == 0 and k_eff >= stride:
+            lean = LEAN_OVERLAP
+        object.__setattr__(self, "lean", lean)
         object.__setattr__(self, "key_buf", f"{self.name}.buf")
         object.__setattr__(self, "key_pos", f"{self.name}.pos")
 

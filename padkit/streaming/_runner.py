@@ -81,7 +81,17 @@ from ._ops import (
     run_transposed,
     run_transposed_window,
 )
-from ._plan import _CONVS, _CONVTS, _POOLS, _Plan, _plan_layer, weight_hooks
+from ._plan import (
+    _CONVS,
+    _CONVTS,
+    _POOLS,
+    LEAN_OVERLAP,
+    LEAN_SIMPLE,
+    LEAN_WINDOW,
+    _Plan,
+    _plan_layer,
+    weight_hooks,
+)
 from ._recurrent import (
     RECURRENT,
     RecurrentPlan,
@@ -105,10 +115,15 @@ def _layer_call(self: Any, x: Any = None, *args: Any, **kwargs: Any) -> Any:
     machinery is skipped (it would run once per layer and step, the overhead that matters
     for small chunks)."""
     runner, plan, layer = self._padkit_stream
-    if plan.fast and not plan.pre_hooks and not args and not kwargs:  # a plain causal conv1d
-        y = _lean_step(runner.__dict__["_ctx"], plan, layer, x)
-        if y is not None:
-            return y
+    if not plan.pre_hooks and not args and not kwargs:
+        if plan.lean:  # a plain causal 1-d layer
+            y = _lean_step(runner.__dict__["_ctx"], plan, layer, x)
+            if y is not None:
+                return y
+        elif plan.pointwise and isinstance(x, Tensor) and x.dim() == 3 and x.shape[2] > 0:
+            # a 1x1 conv: no state, no padding, the torch conv (skips the layer's forward)
+            weight, bias = _params(layer)
+            return F.conv1d(x, weight, bias, 1, 0, 1, layer.groups)
     return runner._call_layer(plan, layer, x, args, kwargs)
 
 
@@ -1196,7 +1211,7 @@ class StreamingModule(nn.Module):
         """A stand-in's call: the layer's streamed run on ``x``."""
         if plan.pre_hooks:  # old-style weight/spectral norm: set the weight, as a call does
             self._run_weight_hooks(plan, layer, x)
-        if plan.fast and plan.pre_hooks and not args and not kwargs:
+        if plan.lean and plan.pre_hooks and not args and not kwargs:
             # the lean step, now that the hooks set the weight (``_layer_call`` tried it
             # already for layers without them)
             y = _lean_step(self._ctx, plan, layer, x)
@@ -1605,8 +1620,13 @@ _PIN_LIMIT = 1 << 16
 
 
 def _lean_step(ctx: _Context | None, plan: _Plan, layer: Any, x: Any) -> Tensor | None:
-    """The lean step of a stride-1 causal 1-d conv: ``cat``, ``conv1d``, a view of the
-    tail. None when anything is unusual (the general path then checks and explains)."""
+    """The lean step of a causal 1-d conv or transposed conv (``plan.lean``): the layer's
+    stream run with nothing but its tensor ops. A stride-1 conv padded by its kernel's reach:
+    ``cat``, ``conv1d``, a view of the tail. Any other conv: ``conv1d`` of the samples its
+    windows read, a copy of the tail. A transposed conv: overlap-add into its own output.
+    None when anything is unusual (the general path then checks and explains): another call
+    form, export, lookahead, a probe, an empty chunk, a state that does not fit, batch rows
+    at different sample counts."""
     if (
         ctx is None
         or ctx.static_pos is not None
@@ -1620,21 +1640,46 @@ def _lean_step(ctx: _Context | None, plan: _Plan, layer: Any, x: Any) -> Tensor 
     pos = state_in.get(plan.key_pos)
     if buf is None or pos is None or plan.name in ctx.called:
         return None
+    lean = plan.lean
     xs = x.shape
     bs = buf.shape
     if (
         len(xs) != 3
         or xs[2] == 0
-        or bs[:2] != xs[:2]
+        or bs[0] != xs[0]
+        or bs[1] != (layer.out_channels if lean == LEAN_OVERLAP else xs[1])
+        or (lean == LEAN_OVERLAP and xs[1] != layer.in_channels)
         or bs[2] != plan.history
         or buf.dtype is not x.dtype
         or buf.device != x.device
     ):
         return None
+    pos_i = 0
+    if lean != LEAN_SIMPLE:  # the windows depend on the phase: the rows' shared count
+        counts = pos.tolist()
+        if not isinstance(counts, list) or not counts:
+            return None
+        pos_i = counts[0]
+        if len(counts) > 1 and counts.count(pos_i) != len(counts):
+            return None
     length = xs[2]
     ctx.called.add(plan.name)
-    # layer.weight and layer.bias without nn.Module's __getattr__ (a failed lookup that
-    # formats an error message, then the dict) where the class adds no descriptor
+    weight, bias = _params(layer)
+    if lean == LEAN_WINDOW:
+        y, kept = _lean_window(plan, layer, x, buf, pos_i, weight, bias)
+    elif lean == LEAN_OVERLAP:
+        y, kept = _lean_overlap(plan, layer, x, buf, pos_i, weight, bias)
+    else:
+        y, kept = _lean_simple(plan, layer, x, buf, weight, bias)
+    ctx.state_out[plan.key_buf] = kept
+    ctx.state_out[plan.key_pos] = _advanced(ctx, pos, length)
+    return y
+
+
+def _params(layer: Any) -> tuple[Tensor, Tensor | None]:
+    """``layer.weight`` and ``layer.bias``, without nn.Module's ``__getattr__`` (a failed
+    lookup that formats an error message, then the dict) where the class adds no
+    descriptor for them (a parametrization's property)."""
     cls = type(layer)
     plain = _PLAIN_PARAMS.get(cls)
     if plain is None:
@@ -1642,9 +1687,16 @@ def _lean_step(ctx: _Context | None, plan: _Plan, layer: Any, x: Any) -> Tensor 
     params = layer._parameters
     weight = params.get("weight") if plain else None
     if weight is not None and "bias" in params:
-        bias = params["bias"]
-    else:
-        weight, bias = layer.weight, layer.bias
+        return weight, params["bias"]
+    return layer.weight, layer.bias
+
+
+def _lean_simple(
+    plan: _Plan, layer: Any, x: Tensor, buf: Tensor, weight: Tensor, bias: Tensor | None
+) -> tuple[Tensor, Tensor]:
+    """A stride-1 conv padded by its kernel's reach: every sample of ``history ++ chunk``
+    but the first ``history`` ends a window. The output and the next history."""
+    length = x.shape[2]
     cat = torch.cat((buf, x), 2)
     dil = plan.d[0]
     if length == 1 and dil > 1:
@@ -1661,9 +1713,80 @@ def _lean_step(ctx: _Context | None, plan: _Plan, layer: Any, x: Any) -> Tensor 
     else:
         y = F.conv1d(cat, weight, bias, 1, 0, plan.d, layer.groups)
     tail = cat.narrow(2, length, plan.history)
-    ctx.state_out[plan.key_buf] = _kept(tail, cat.shape[2], plan.history, False)
-    ctx.state_out[plan.key_pos] = _advanced(ctx, pos, length)
-    return y
+    return y, _kept(tail, cat.shape[2], plan.history, False)
+
+
+def _lean_window(
+    plan: _Plan,
+    layer: Any,
+    x: Tensor,
+    buf: Tensor,
+    pos: int,
+    weight: Tensor,
+    bias: Tensor | None,
+) -> tuple[Tensor, Tensor]:
+    """Any other causal 1-d conv after ``pos`` samples: ``conv1d`` (no pads: the history
+    holds them) of only the samples the chunk's windows read, one contiguous tensor where
+    they span history and chunk (a narrowed view of ``history ++ chunk`` would reach the
+    conv non-contiguous, which slows it). The output and the next history: the tail of that
+    tensor where it ends with the chunk (at hop-sized chunks), else a copy of the tail of
+    ``history ++ chunk`` (never a view of ``x``, which the model or the caller may change in
+    place)."""
+    hist = plan.history
+    length = int(x.shape[2])
+    off, m = plan.window(pos, length)
+    seg: Tensor | None = None
+    if m <= 0:
+        y = x.new_zeros((x.shape[0], layer.out_channels, 0))
+    else:
+        span = (m - 1) * plan.stride + plan.k_eff
+        if off >= hist:  # the windows read the chunk only
+            src = x.narrow(2, off - hist, span)
+        elif off + span <= hist:  # ... the history only
+            src = buf.narrow(2, off, span)
+        else:
+            head = buf.narrow(2, off, hist - off)
+            src = seg = torch.cat((head, x.narrow(2, 0, span - hist + off)), 2)
+        y = F.conv1d(src, weight, bias, plan.s, 0, plan.d, layer.groups)
+        if seg is not None and (off + span != hist + length or span < hist):
+            seg = None  # it does not end with the next history
+    if seg is not None:
+        kept = _kept(seg.narrow(2, seg.shape[2] - hist, hist), int(seg.shape[2]), hist, False)
+    elif length >= hist:
+        kept = x.narrow(2, length - hist, hist).clone()
+    else:
+        kept = torch.cat((buf.narrow(2, length, hist - length), x), 2)
+    return y, kept
+
+
+def _lean_overlap(
+    plan: _Plan,
+    layer: Any,
+    x: Tensor,
+    kept: Tensor,
+    pos: int,
+    weight: Tensor,
+    bias: Tensor | None,
+) -> tuple[Tensor, Tensor]:
+    """A causal 1-d transposed conv after ``pos`` inputs, by overlap-add (as
+    ``padkit.streaming._ops.run_overlap_add``, without its copies): the chunk's transposed
+    conv, made here and seen by nothing else, takes the kept partial sums into its first
+    ``history`` outputs in place; its last ``history`` are the next partial sums, and the
+    outputs before them, with the bias added in place, are the step's (a view: the
+    transposed conv's outputs are never copied). The output and the next partial sums."""
+    s, hist = plan.stride, plan.history
+    length = int(x.shape[2])
+    z = F.conv_transpose1d(x, weight, None, s, 0, 0, layer.groups, plan.d)
+    if hist:
+        z.narrow(2, 0, hist).add_(kept)
+        kept = _kept(z.narrow(2, length * s, hist), int(z.shape[2]), hist, False)
+    off, m = plan.window(pos, length)
+    if m <= 0:
+        return x.new_zeros((x.shape[0], layer.out_channels, 0)), kept
+    y = z.narrow(2, off, m) if off or m != z.shape[2] else z
+    if bias is not None:
+        y.add_((bias if bias.dtype is y.dtype else bias.to(y.dtype)).view(1, -1, 1))
+    return y, kept
 
 
 def _kept(tail: Tensor, made: int, hist: int, exporting: bool) -> Tensor:

@@ -41,16 +41,22 @@ _MODES = ("zeros", "replicate", "reflect")
 
 
 def _unpadded_forward(self: Any, x: Tensor, *args: Any, **kwargs: Any) -> Any:
-    extra = [a for a in args if a is not None and a is not False]
-    extra += [k for k, v in kwargs.items() if v is not None and v is not False]
-    if extra:
-        raise PaddingError(
-            f"{type(self).__name__} (converted by convert_causal): called with "
-            f"{args!r} {kwargs!r}; the converted module computes its conv only. "
-            "Stream it with padkit.streaming.StreamingModule instead of its own "
-            "streaming options"
-        )
-    return getattr(self, self._padkit_child)(x)
+    if args or kwargs:
+        extra = [a for a in args if a is not None and a is not False]
+        extra += [k for k, v in kwargs.items() if v is not None and v is not False]
+        if extra:
+            raise PaddingError(
+                f"{type(self).__name__} (converted by convert_causal): called with "
+                f"{args!r} {kwargs!r}; the converted module computes its conv only. "
+                "Stream it with padkit.streaming.StreamingModule instead of its own "
+                "streaming options"
+            )
+    # the child from the registry itself: getattr would reach it through nn.Module's
+    # __getattr__ after a failed lookup, on every call of every converted wrapper
+    child = self._modules.get(self._padkit_child)
+    if child is None:
+        child = getattr(self, self._padkit_child)
+    return child(x)
 
 
 def unpadded_class(cls: type[nn.Module]) -> type[nn.Module]:
