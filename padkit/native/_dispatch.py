@@ -194,7 +194,7 @@ class Hook:
                 x, w, b, s, d, pads, groups, transposed=transposed, training=training
             )
             turn = self._turn(key, check)
-            if turn is not None:  # a paired call compares the two sides itself
+            if turn is not None:  # its check, where needed, is a paired call
                 return turn, False
         if not _ops.conv_agrees(
             x, w, b, s, d, pads, groups, transposed=transposed, training=training
@@ -526,8 +526,8 @@ class Hook:
         for a class measured for torch, or taking the choice of a neighbouring size class
         (:meth:`_tune.Tuner.near`): oneDNN is asked nothing (no kernel query, check or
         primitive). For a class not measured yet, in inference, a call of its timing on
-        its own calls (:class:`_tune.Samples`): a torch-alone call here, or None for a
-        paired call after the kernel query (:meth:`_turn`); in training (whose backward
+        its own calls (:class:`_tune.Samples`): torch's turn here, or None for oneDNN's
+        after the kernel query (:meth:`_turn`); in training (whose backward
         runs later) torch for a first call, not for the signature (:meth:`_time_unseen`).
         None: the call goes on to the checks."""
         known = self.tuner.known(key)
@@ -601,7 +601,7 @@ class Hook:
         if measure and not training:
             check = _ops.pool_agree_key(kind, x, outs, k, s, d, pads, training=training)
             turn = self._turn(key, check)
-            if turn is not None:  # a paired call compares the two sides itself
+            if turn is not None:  # its check, where needed, is a paired call
                 return turn, False
         if not _ops.pool_agrees(kind, x, outs, k, s, d, pads, training=training):
             return False, True
