@@ -556,6 +556,36 @@ def deterministic() -> Iterator[None]:
 
 
 @requires_backend
+@pytest.mark.parametrize(
+    "n, c, length, d, pads",
+    [(1, 32, 300, 4, ((8, 0),)), (2, 16, 37, 3, ((1, 5),)), (3, 16, 9, 1, ((2, 0),))],
+)
+def test_inference_convs_with_pads_in_the_source_buffer_stay_exact(
+    n: int, c: int, length: int, d: int, pads: Pairs
+) -> None:
+    """NCHW inference where oneDNN's blocked kernels take no such pads (causal dilated
+    convs): the pads go into the blocked source buffer around the reordered input. Every
+    call, on new values, equals the F.pad reference (the pads are never written, so they
+    stay zero: a call after an input of infinities and NaN is exact too)."""
+    assert native.enable(), native.info()
+    _dispatch.HOOK.force = True
+    try:
+        torch.manual_seed(5)
+        w, b = torch.randn(c, c, 3), torch.randn(c)
+        loud = torch.full((n, c, length), float("inf"))
+        loud[..., ::2] = float("nan")
+        with torch.no_grad():
+            for x in (torch.randn(n, c, length), loud, torch.randn(n, c, length)):
+                got = PF.conv1d(x, w, b, 1, pads, d)
+                want = F.conv1d(F.pad(x, torch_pad(pads)), w, b, 1, 0, d)
+                torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4, equal_nan=True)
+                assert _ops.conv_is_fast(x, w, b, (1,), (d,), pads, 1)
+    finally:
+        _dispatch.HOOK.force = False
+        native.disable()
+
+
+@requires_backend
 def test_deterministic_mode_follows_the_rules_and_asks_onednn(deterministic: None) -> None:
     conv = pnn.Conv1d(4, 4, 3, padding="causal", dilation=4)
     assert native.enable()

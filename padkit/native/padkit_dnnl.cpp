@@ -25,6 +25,7 @@
 #include <omp.h>
 #include <pthread.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <map>
@@ -60,6 +61,11 @@ struct Params {
   dims_t in, out, k, s, d, pl, pr;
   dims_t src_st, dst_st, wei_st;
   bool force_any = false;  // NCHW: let oneDNN choose the layout (see resolve_layout)
+  // NCHW inference: the pads are written into the blocked source buffer (zeros around the
+  // reordered input) and the primitive runs unpadded (see resolve_layout); src_pl / src_pr
+  // hold the pads, pl / pr are zero then
+  bool pad_in_src = false;
+  dims_t src_pl, src_pr;
   std::vector<int64_t> key;
 
   explicit Params(const int64_t* p) {
@@ -115,7 +121,13 @@ struct Params {
   // in NCHW the 16-channel blocked layout torch's own oneDNN path uses (nChw16c), with a
   // reorder in and out, or oneDNN's choice where the channels are not a multiple of 16
   memory::desc prim_src() const {
-    return channels_last() ? user_src() : memory::desc(src_dims(), dt(), nchw_tag(IC));
+    if (channels_last()) return user_src();
+    if (pad_in_src) {
+      dims_t v{N, IC};
+      for (int64_t a = 0; a < nd; ++a) v.push_back(in[a] + src_pl[a] + src_pr[a]);
+      return memory::desc(v, dt(), nchw_tag(IC));
+    }
+    return memory::desc(src_dims(), dt(), nchw_tag(IC));
   }
   memory::desc prim_dst() const {
     return channels_last() ? user_dst() : memory::desc(dst_dims(), dt(), nchw_tag(OC));
@@ -178,6 +190,24 @@ struct Staged {
   memory buf;  // kept (inference), or the current call's output buffer (training)
   reorder prim;
 
+  // an input reordered into the interior of a zeroed, larger buffer (pads in the buffer,
+  // written once: every call overwrites the interior only); inference only
+  bool padded = false;
+  memory window;
+
+  void setup_padded(const memory::desc& user, const memory::desc& w, const dims_t& lo) {
+    needed = true;
+    padded = true;
+    want = w;
+    buf = memory(want, eng());
+    std::memset(buf.get_data_handle(), 0, want.get_size());
+    dims_t offsets(user.get_dims().size(), 0);
+    for (size_t a = 0; a < lo.size(); ++a) offsets[2 + a] = lo[a];
+    window = memory(want.submemory_desc(user.get_dims(), offsets), eng(), buf.get_data_handle());
+    memory u(user, eng(), nullptr);
+    prim = reorder(u, window);
+  }
+
   void setup(const memory::desc& user, const memory::desc& w, bool to_user, bool training) {
     needed = user != w;
     if (!needed) return;
@@ -191,6 +221,10 @@ struct Staged {
   memory in(const memory::desc& user, void* ptr) {
     memory u(user, eng(), ptr);
     if (!needed) return u;
+    if (padded) {
+      prim.execute(strm(), u, window);
+      return buf;
+    }
     memory b = per_call ? memory(want, eng()) : buf;
     prim.execute(strm(), u, b);
     return b;
@@ -299,11 +333,24 @@ deconvolution_forward::primitive_desc deconv_hint(const Params& p) {
 }
 
 // oneDNN has no fast kernel for some pads on the blocked layout (a reference
-// implementation runs instead: causal dilated convs): there, let it choose the layout
+// implementation runs instead: causal dilated convs). In inference the pads then go into
+// the blocked source buffer, which the input is reordered into anyway, and the primitive
+// runs unpadded on it (no copy more than the reorder, and the blocked kernels torch's own
+// conv uses); elsewhere oneDNN chooses the layout (for a 1-d conv a channels-last one, with
+// a transposing reorder in and out)
 Params resolve_layout(const Params& p) {
   if (p.channels_last()) return p;
   std::string impl = p.kind == 0 ? conv_hint(p).impl_info_str() : deconv_hint(p).impl_info_str();
   if (impl.rfind("ref", 0) != 0) return p;
+  if (p.kind == 0 && p.training == 0 && p.IC % 16 == 0) {
+    Params q = p;
+    q.pad_in_src = true;
+    q.src_pl = p.pl;
+    q.src_pr = p.pr;
+    std::fill(q.pl.begin(), q.pl.end(), 0);
+    std::fill(q.pr.begin(), q.pr.end(), 0);
+    if (std::string(conv_hint(q).impl_info_str()).rfind("ref", 0) != 0) return q;
+  }
   Params q = p;
   q.force_any = true;
   return q;
@@ -340,7 +387,11 @@ void conv_forward(const int64_t* raw, void* src, void* wei, void* bias, void* ds
     const Params q = resolve_layout(p);
     e->pd = conv_fwd_pd(q);
     e->prim = primitive(e->pd);
-    e->src.setup(p.user_src(), e->pd.src_desc(), false, p.training != 0);
+    if (q.pad_in_src) {
+      e->src.setup_padded(p.user_src(), e->pd.src_desc(), q.src_pl);
+    } else {
+      e->src.setup(p.user_src(), e->pd.src_desc(), false, p.training != 0);
+    }
     e->wei.setup(p.user_wei(), e->pd.weights_desc(), false, p.training != 0);
     e->dst.setup(p.user_dst(), e->pd.dst_desc(), true, p.training != 0);
   }
