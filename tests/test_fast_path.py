@@ -1,7 +1,7 @@
 """The per-layer fast path: a repeated call runs exactly what the first (fully checked) call ran.
 
-The reference for every repeated call is a fresh copy of the layer, whose first call takes the
-full path (argument parsing, resolution, planning); outputs must be bit-identical.
+The reference for every call is a fresh copy of the layer on its full path (argument parsing,
+resolution, planning); outputs must be bit-identical.
 """
 
 from __future__ import annotations
@@ -18,8 +18,23 @@ import padkit.nn as pnn
 from padkit import PaddingError
 
 
+class _NoMemo(dict):  # type: ignore[type-arg]
+    """A layer memo that holds nothing: every call takes the full path."""
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        return None
+
+
 def fresh_call(layer: torch.nn.Module, x: torch.Tensor) -> Any:
-    return copy.deepcopy(layer)(x)
+    """A fresh copy's call on the full path (argument parsing, resolution, planning)."""
+    memos = [(m, m._fast_cache) for m in (pnn._conv, pnn._pool, pnn._transpose)]
+    try:
+        for m, _ in memos:
+            m._fast_cache = lambda layer: _NoMemo()
+        return copy.deepcopy(layer)(x)
+    finally:
+        for m, real in memos:
+            m._fast_cache = real
 
 
 def assert_same(a: Any, b: Any) -> None:
@@ -181,3 +196,51 @@ def test_changed_attributes_take_effect() -> None:
     conv(x)
     conv.stride = (2, 2)
     assert conv(x).shape[-1] == 5
+
+
+@pytest.mark.parametrize("kw", CONV_KW[:-1], ids=[str(k) for k in CONV_KW[:-1]])
+def test_conv_new_sizes_run_the_fast_path_from_their_first_call(
+    kw: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a conv layer that has met one input builds the closure of a new input size at its
+    # first call, from the record kept per configuration: the full path never runs again,
+    # and every size equals F.pad + the unpadded conv
+    torch.manual_seed(0)
+    layer = pnn.Conv2d(4, 8, 3, **kw)
+    layer(torch.randn(1, 4, 9, 9))
+    full: list[int] = []
+    real = type(layer)._forward
+
+    def counted(self: Any, *args: Any) -> Any:
+        full.append(1)
+        return real(self, *args)
+
+    monkeypatch.setattr(type(layer), "_forward", counted)
+    for h, w in ((10, 7), (11, 12), (6, 13), (16, 16)):
+        x = torch.randn(2, 4, h, w)
+        pads = layer.resolved_padding((h, w))
+        flat = [p for pair in reversed(pads) for p in pair]
+        ref = torch.nn.functional.conv2d(
+            torch.nn.functional.pad(x, flat),
+            layer.weight,
+            layer.bias,
+            layer.stride,
+            0,
+            layer.dilation,
+            layer.groups,
+        )
+        torch.testing.assert_close(layer(x), ref)
+    assert full == []
+
+
+def test_conv_new_size_errors_are_the_full_paths() -> None:
+    # a new input shape whose first call would fail (channels, an input smaller than the
+    # kernel) gets the full path's padkit error, not torch's, however often it is called
+    layer = pnn.Conv2d(4, 8, 5, padding="valid")
+    layer(torch.randn(1, 4, 9, 9))
+    for _ in range(2):
+        with pytest.raises(PaddingError, match=r"input has 3 channels"):
+            layer(torch.randn(1, 3, 9, 9))
+        with pytest.raises(PaddingError, match=r"smaller than the effective kernel \(5\)"):
+            layer(torch.randn(1, 4, 9, 4))
+    assert layer(torch.randn(1, 4, 5, 5)).shape == (1, 8, 1, 1)

@@ -15,7 +15,6 @@ from ..op import Op
 from ..plan import Plan, plan_conv
 from ..spec import PaddingLike
 from ._common import (
-    SEEN_ONCE,
     _check_channels,
     _conv_fast,
     _fast_cache,
@@ -150,8 +149,10 @@ class _ConvMixin(_PadConv):
         )
         cache = _fast_cache(self)
         fn = cache.get(key, False)
-        if fn is False or fn is SEEN_ONCE:
-            fn = cache.settle(key, fn, lambda: _conv_fast(self, input))
+        if fn is False:
+            config = (*key[2:], _hashable(self.kernel_size))
+            fn = _conv_fast(self, input, weight, config)
+            cache.remember(key, fn)
         if fn is None:
             return self._forward(input, weight, bias)
         return fn(input, weight, bias)  # type: ignore[operator,no-any-return]
