@@ -241,7 +241,8 @@ def _conv_fast(layer: Any, x: Tensor, w: Tensor, config: tuple[Any, ...]) -> _Fa
         return None
     op, static = _fast_cache(layer).config(config, layer._op)
     sizes = tuple(int(n) for n in x.shape[2:])
-    if x.shape[1] != w.shape[1] * op.groups or w.dim() != nd + 2 or 0 in sizes:
+    # the weight's shape: what ExpandedWeights (per-sample gradients) answers
+    if len(w.shape) != nd + 2 or x.shape[1] != w.shape[1] * op.groups or 0 in sizes:
         return None  # the full path's error
     pairs = (
         static
@@ -286,6 +287,8 @@ def _conv_fast(layer: Any, x: Tensor, w: Tensor, config: tuple[Any, ...]) -> _Fa
             return torch_plan(x, w, b)
         if hook is not _backend.HOOK:  # the backend not started yet: the op starts it
             return PF.run_conv_plan(plan, conv, x, w, b, s, d, g)
+        if type(w) not in _backend._TYPES:  # ExpandedWeights, ...: torch's side, unasked
+            return torch_plan(x, w, b)
         key = declined_key(hook, x, w, b)
         if key in declined:
             return torch_plan(x, w, b)
