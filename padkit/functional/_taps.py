@@ -53,6 +53,9 @@ QUICK_ROUNDS = 3
 _SEEN: dict[Any, int] = {}
 #: per raw call signature: whether the taps run (what a repeated call looks up)
 _RAW: dict[tuple[Any, ...], bool] = {}
+#: per raw call signature of a class not timed yet: the class's key (the backend's key
+#: costs 5-10 µs a call to build, with its code cold between convs)
+_CLASS: dict[tuple[Any, ...], Any] = {}
 _DTYPES = (torch.float32, torch.float64)
 
 
@@ -144,7 +147,14 @@ def taps_if_faster(
     raw = (x.shape, x.stride(), x.dtype, weight.shape, pads, d, bias is None, threads)
     use = _RAW.get(raw)
     if use is None:
-        key = ("conv_taps", *_backend._conv_key("conv", x, weight, (1,), (d,), pads, 1, False)[1:])
+        key = _CLASS.get(raw)
+        if key is None:
+            if len(_CLASS) >= 4096:
+                _CLASS.clear()
+            key = _CLASS[raw] = (
+                "conv_taps",
+                *_backend._conv_key("conv", x, weight, (1,), (d,), pads, 1, False)[1:],
+            )
         got = _TAPS.known(key)
         if got is None:
             seen = _SEEN.get(key, 0)
