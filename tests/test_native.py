@@ -734,14 +734,15 @@ def measured_tuner(tmp_path: Path) -> Iterator[None]:
 def test_measured_choice_is_recorded_and_exact(monkeypatch: pytest.MonkeyPatch) -> None:
     from padkit.native import _tune
 
-    monkeypatch.setattr(_tune, "BUDGET", 1e9)  # every inference call of a class is paired
+    monkeypatch.setattr(_tune, "BUDGET", 1e9)  # oneDNN takes every other inference call
     torch.manual_seed(1)
     x = torch.randn(2, 8, 15, 14, requires_grad=True)
     w = torch.randn(8, 8, 3, 3, requires_grad=True)
-    # inference: the class is timed on its own calls (both sides on each, torch's output);
-    # training: a signature's first call runs on torch and measures nothing, the second
-    # times the class
-    calls = (False, True, False, True) + (False,) * (_tune.Samples.PAIRS - 2)
+    # inference: the class is timed on its own calls (a side a call, torch's output; the
+    # first oneDNN call paired with torch's for the kernel check): decided by PAIRS samples
+    # a side at the latest, whatever the machine's timings; training: a signature's first
+    # call runs on torch and measures nothing, the second times the class
+    calls = (False, True, False, True) + (False,) * (2 * _tune.Samples.PAIRS)
     for call, training in enumerate(calls):
         if call == 2:  # each training signature has been seen once: nothing measured yet
             assert not any("training" in row["op"] for row in native.info()["choices"])
@@ -1126,6 +1127,21 @@ def test_onednn_turns_stay_within_the_budget_and_decide_clear_cases_early() -> N
     assert done  # 5x faster twice: decided
     t, n, steady = fast.result()
     assert n < t * _tune.MARGIN and steady
+
+
+def test_one_slow_torch_call_does_not_decide_a_class_for_onednn() -> None:
+    """A torch call slowed by something else (a collection, the paired oneDNN run before
+    it) is outvoted by the other: each side's faster sample of two decides."""
+    from padkit.native import _tune
+
+    samples = _tune.Samples(("conv",))
+    for torch_s in (1e-3, 5e-3):  # the second torch call stalled
+        samples.add(False, torch_s, torch_s, 100)
+        assert samples.native_turn()
+        done = samples.add(True, 2e-3, 2e-3, 100)
+    assert done  # 2x slower than torch's undisturbed call: clear
+    t, n, _ = samples.result()
+    assert n > t * _tune.MARGIN  # torch
 
 
 def test_a_size_class_takes_the_choice_of_its_measured_neighbours(tmp_path: Path) -> None:

@@ -13,7 +13,7 @@ from torch import Tensor, nn
 from .. import functional as PF
 from ..native import _dispatch as _backend
 from ..op import Op
-from ..plan import plan_conv
+from ..plan import Plan, plan_conv
 from ..spec import Padding, PaddingError, PaddingLike, _as_int
 
 
@@ -232,6 +232,21 @@ def declined_key(hook: Any, x: Tensor, w: Tensor, b: Tensor | None) -> tuple[Any
     )
 
 
+def conv_plan(op: Op, pairs: tuple[tuple[int, int], ...], sizes: tuple[int, ...], cin: int) -> Plan:
+    """A conv layer's plan for spatial ``sizes`` with resolved ``pairs``."""
+    mode = op.padding_mode if isinstance(op.padding_mode, str) else "mixed"
+    return plan_conv(
+        pairs,
+        op.kernel,
+        op.stride,
+        op.dilation,
+        sizes,
+        groups=op.groups,
+        in_channels=cin,
+        padding_mode=mode,
+    )
+
+
 def _conv_fast(layer: Any, x: Tensor, w: Tensor, config: tuple[Any, ...]) -> _FastFn | None:
     """The closure for a conv layer's calls of ``x``'s shape (None: the full path runs
     them, with its checks and errors). ``config``: the memo key of the layer's live
@@ -251,16 +266,7 @@ def _conv_fast(layer: Any, x: Tensor, w: Tensor, config: tuple[Any, ...]) -> _Fa
     )
     if any(n + lo + hi < ke for n, (lo, hi), ke in zip(sizes, pairs, op.k_eff)):
         return None  # the full path's error
-    plan = plan_conv(
-        pairs,
-        op.kernel,
-        op.stride,
-        op.dilation,
-        sizes,
-        groups=op.groups,
-        in_channels=layer.in_channels,
-        padding_mode=op.padding_mode if isinstance(op.padding_mode, str) else "mixed",
-    )
+    plan = conv_plan(op, pairs, sizes, layer.in_channels)
     conv = PF._CONV[nd]
     s, d, g = op.stride, op.dilation, op.groups
     # the closure takes the weight and bias as arguments: replicas (DataParallel) and

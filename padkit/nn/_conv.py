@@ -12,7 +12,7 @@ from torch.overrides import has_torch_function
 
 from .. import _compiled, functional as PF
 from ..op import Op
-from ..plan import Plan, plan_conv
+from ..plan import Plan
 from ..spec import PaddingLike
 from ._common import (
     _check_channels,
@@ -25,6 +25,7 @@ from ._common import (
     _padding_repr,
     _scriptable,
     _tracing,
+    conv_plan,
 )
 
 
@@ -69,18 +70,7 @@ class _PadConv(_Live):
         """
         op = self._op()
         sizes = tuple(int(v) for v in tuple(input_size)[-self._nd :])
-        pairs = self._pairs(op, sizes)
-        mode = op.padding_mode if isinstance(op.padding_mode, str) else "mixed"
-        return plan_conv(
-            pairs,
-            op.kernel,
-            op.stride,
-            op.dilation,
-            sizes,
-            groups=op.groups,
-            in_channels=self.in_channels,
-            padding_mode=mode,
-        )
+        return conv_plan(op, self._pairs(op, sizes), sizes, self.in_channels)
 
     def __prepare_scriptable__(self) -> nn.Module:
         """torch.jit.script: the plain torch layer where it computes the same numbers (static
