@@ -11,6 +11,7 @@ import torch
 from torch import Tensor, nn
 
 from .. import functional as PF
+from ..functional._common import _check_fits
 from ..native import _dispatch as _backend
 from ..op import Op
 from ..plan import Plan, plan_conv
@@ -264,8 +265,7 @@ def _conv_fast(layer: Any, x: Tensor, w: Tensor, config: tuple[Any, ...]) -> _Fa
         if static is not None
         else PF.resolve(op.padding, op.kernel, op.stride, op.dilation, sizes)
     )
-    if any(n + lo + hi < ke for n, (lo, hi), ke in zip(sizes, pairs, op.k_eff)):
-        return None  # the full path's error
+    _check_fits(type(layer).__name__, sizes, pairs, op.k_eff)  # the full path's check
     plan = conv_plan(op, pairs, sizes, layer.in_channels)
     conv = PF._CONV[nd]
     s, d, g = op.stride, op.dilation, op.groups
