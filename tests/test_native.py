@@ -586,6 +586,36 @@ def test_inference_convs_with_pads_in_the_source_buffer_stay_exact(
 
 
 @requires_backend
+def test_signatures_sharing_staging_memory_stay_exact() -> None:
+    """Inference calls of every signature reorder into one staging buffer per role, grown to
+    the largest call: oneDNN's own calls (no kernel check behind them) that alternate sizes
+    (growing and shrinking), layouts, convs, pools and convs whose pads live in their own
+    source buffer each equal the F.pad reference, a small call after a large one included
+    (no stale values read, no role's buffer shared with another's in one call)."""
+    assert native.available(), native.info()
+    torch.manual_seed(11)
+    w, b = torch.randn(16, 16, 3, 3), torch.randn(16)
+    w1 = torch.randn(16, 16, 3)
+    pads2 = ((0, 1), (1, 2))
+    with torch.no_grad():
+        for size in (9, 40, 7, 33, 12, 40, 5):
+            for cl in (False, True):
+                x = torch.randn(2, 16, size, size + 3)
+                if cl:
+                    x = x.contiguous(memory_format=torch.channels_last)
+                got = _ops.conv(x, w, b, (2, 2), (1, 1), pads2, 1)
+                want = F.conv2d(F.pad(x, torch_pad(pads2)), w, b, 2)
+                torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+                want = F.max_pool2d(F.pad(x, torch_pad(pads2), value=-math.inf), 3, 2)
+                got = _ops.pool("max", x, want.shape[2:], (3, 3), (2, 2), (1, 1), pads2)
+                torch.testing.assert_close(got, want)
+            x1 = torch.randn(1, 16, 8 * size)
+            got = _ops.conv(x1, w1, b, (1,), (4,), ((8, 0),), 1)
+            want = F.conv1d(F.pad(x1, (8, 0)), w1, b, 1, 0, 4)
+            torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+
+
+@requires_backend
 def test_deterministic_mode_follows_the_rules_and_asks_onednn(deterministic: None) -> None:
     conv = pnn.Conv1d(4, 4, 3, padding="causal", dilation=4)
     assert native.enable()

@@ -27,10 +27,12 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <new>
 #include <stdexcept>
 #include <string>
 #include <unordered_map>
@@ -175,23 +177,58 @@ struct Params {
   }
 };
 
+// Inference staging memory, shared by every primitive: one buffer per role (the first
+// input, the second input, the output), grown to the largest call seen (with headroom, so a
+// run of growing sizes does not regrow on every call) and never shrunk until the cache is
+// cleared. Calls run one at a time under g_mutex and no value outlives its call, so the
+// signatures can share it: a workload of many sizes then reuses the memory the previous call
+// just touched (hot in the caches, no page faults), where a buffer kept per signature was
+// cold on every call (40 cycling sizes of a depthwise 3x3 s2 conv: 1.2x torch's own conv;
+// kept per signature they also added up to 3 MB a size).
+struct Arena {
+  void* ptr = nullptr;
+  size_t size = 0;
+  void* get(size_t want) {
+    if (want <= size) return ptr;
+    std::free(ptr);
+    size_t grown = std::max(want, size + size / 2);
+    grown = (grown + 4095) / 4096 * 4096;
+    ptr = std::aligned_alloc(4096, grown);
+    if (ptr == nullptr) {
+      size = 0;
+      throw std::bad_alloc();
+    }
+    size = grown;
+    return ptr;
+  }
+  void release() {
+    std::free(ptr);
+    ptr = nullptr;
+    size = 0;
+  }
+};
+
+enum Role { kFirstIn = 0, kSecondIn = 1, kOut = 2 };
+Arena g_arena[3];
+
 // A user buffer seen through the layout a primitive wants: a reorder when they differ. In
-// inference the buffer in the primitive's layout is kept with the primitive and reused by
-// every call (allocated per call, a large one costs its page faults on every call:
-// depthwise 3x3 s2 at N = 8, NCHW, went from 0.46 to 1.00 of torch's time). In training it
-// is allocated per call and freed on return: a training step holds many signatures' passes
-// (forward, backward data, weight gradient) at once, and kept buffers had added a third to
-// tf_efficientnet_b0's peak memory. Either way it is overwritten by every call: no value
-// outlives its call.
+// inference the buffer in the primitive's layout is the role's shared arena (above): a
+// buffer allocated per call costs its page faults on every call (depthwise 3x3 s2 at N = 8,
+// NCHW, went from 0.46 to 1.00 of torch's time). In training it is allocated per call and
+// freed on return: a training step holds many signatures' passes (forward, backward data,
+// weight gradient) at once, and kept buffers had added a third to tf_efficientnet_b0's peak
+// memory. Either way it is overwritten by every call: no value outlives its call.
 struct Staged {
   bool needed = false;
   bool per_call = false;
+  Role role = kFirstIn;
   memory::desc want;
-  memory buf;  // kept (inference), or the current call's output buffer (training)
+  memory buf;  // the current call's buffer in the primitive's layout
   reorder prim;
 
   // an input reordered into the interior of a zeroed, larger buffer (pads in the buffer,
-  // written once: every call overwrites the interior only); inference only
+  // written once: every call overwrites the interior only); inference only, kept with its
+  // primitive
   bool padded = false;
   memory window;
 
@@ -208,14 +245,20 @@ struct Staged {
     prim = reorder(u, window);
   }
 
-  void setup(const memory::desc& user, const memory::desc& w, bool to_user, bool training) {
+  void setup(const memory::desc& user, const memory::desc& w, Role r, bool training) {
     needed = user != w;
     if (!needed) return;
     want = w;
+    role = r;
     per_call = training;
-    buf = per_call ? memory(want, eng(), nullptr) : memory(want, eng());
     memory u(user, eng(), nullptr);
-    prim = to_user ? reorder(buf, u) : reorder(u, buf);
+    memory b(want, eng(), nullptr);
+    prim = r == kOut ? reorder(b, u) : reorder(u, b);
+  }
+  // this call's buffer in the primitive's layout
+  memory fresh() {
+    if (per_call) return memory(want, eng());
+    return memory(want, eng(), g_arena[role].get(want.get_size()));
   }
   // input: user memory -> what the primitive reads
   memory in(const memory::desc& user, void* ptr) {
@@ -225,20 +268,20 @@ struct Staged {
       prim.execute(strm(), u, window);
       return buf;
     }
-    memory b = per_call ? memory(want, eng()) : buf;
+    memory b = fresh();
     prim.execute(strm(), u, b);
     return b;
   }
   memory out(const memory::desc& user, void* ptr) {
     if (!needed) return memory(user, eng(), ptr);
-    if (per_call) buf = memory(want, eng());
+    buf = fresh();
     return buf;
   }
   void flush(const memory::desc& user, void* ptr) {
     if (!needed) return;
     memory u(user, eng(), ptr);
     prim.execute(strm(), buf, u);
-    if (per_call) buf = memory(want, eng(), nullptr);  // the call's buffer goes
+    buf = memory();  // the call's buffer goes (or is the arena's again)
   }
 };
 
@@ -390,10 +433,10 @@ void conv_forward(const int64_t* raw, void* src, void* wei, void* bias, void* ds
     if (q.pad_in_src) {
       e->src.setup_padded(p.user_src(), e->pd.src_desc(), q.src_pl);
     } else {
-      e->src.setup(p.user_src(), e->pd.src_desc(), false, p.training != 0);
+      e->src.setup(p.user_src(), e->pd.src_desc(), kFirstIn, p.training != 0);
     }
-    e->wei.setup(p.user_wei(), e->pd.weights_desc(), false, p.training != 0);
-    e->dst.setup(p.user_dst(), e->pd.dst_desc(), true, p.training != 0);
+    e->wei.setup(p.user_wei(), e->pd.weights_desc(), kSecondIn, p.training != 0);
+    e->dst.setup(p.user_dst(), e->pd.dst_desc(), kOut, p.training != 0);
   }
   {  // the inputs' staging buffers go before the output's reorder (see run)
     std::unordered_map<int, memory> args{
@@ -433,9 +476,9 @@ void conv_backward_data(const int64_t* raw, void* diff_dst, void* wei, void* dif
       dwei = pd.weights_desc();
       ddst = pd.diff_dst_desc();
     }
-    e->diff_dst.setup(p.user_dst(), ddst, false, p.training != 0);
-    e->wei.setup(p.user_wei(), dwei, false, p.training != 0);
-    e->diff_src.setup(p.user_src(), dsrc, true, p.training != 0);
+    e->diff_dst.setup(p.user_dst(), ddst, kFirstIn, p.training != 0);
+    e->wei.setup(p.user_wei(), dwei, kSecondIn, p.training != 0);
+    e->diff_src.setup(p.user_src(), dsrc, kOut, p.training != 0);
   }
   run(e->prim, {{DNNL_ARG_DIFF_DST, e->diff_dst.in(p.user_dst(), diff_dst)},
                 {DNNL_ARG_WEIGHTS, e->wei.in(p.user_wei(), wei)},
@@ -471,9 +514,9 @@ void conv_backward_weights(const int64_t* raw, void* src, void* diff_dst, void* 
       dw = pd.diff_weights_desc();
       dd = pd.diff_dst_desc();
     }
-    e->src.setup(p.user_src(), s, false, p.training != 0);
-    e->diff_dst.setup(p.user_dst(), dd, false, p.training != 0);
-    e->diff_wei.setup(p.user_wei(), dw, true, p.training != 0);
+    e->src.setup(p.user_src(), s, kFirstIn, p.training != 0);
+    e->diff_dst.setup(p.user_dst(), dd, kSecondIn, p.training != 0);
+    e->diff_wei.setup(p.user_wei(), dw, kOut, p.training != 0);
   }
   {
     std::unordered_map<int, memory> args{
@@ -519,8 +562,8 @@ PoolFwd* pool_fwd_entry(const Params& p) {
   if (fresh) {
     e->pd = pool_fwd_pd(p);
     e->prim = pooling_forward(e->pd);
-    e->src.setup(p.user_src(), e->pd.src_desc(), false, p.training != 0);
-    e->dst.setup(p.user_dst(), e->pd.dst_desc(), true, p.training != 0);
+    e->src.setup(p.user_src(), e->pd.src_desc(), kFirstIn, p.training != 0);
+    e->dst.setup(p.user_dst(), e->pd.dst_desc(), kOut, p.training != 0);
     e->ws_md = e->pd.workspace_desc();
   }
   return e;
@@ -559,8 +602,8 @@ void pool_backward(const int64_t* raw, void* diff_dst, void* diff_src, void* ws)
         eng(), pool_alg(p), pool_md(p, p.src_dims(), p.user_src()),
         pool_md(p, p.dst_dims(), p.user_dst()), p.s, p.k, p.d, p.pl, p.pr, hint);
     e->prim = pooling_backward(pd);
-    e->diff_dst.setup(p.user_dst(), pd.diff_dst_desc(), false, p.training != 0);
-    e->diff_src.setup(p.user_src(), pd.diff_src_desc(), true, p.training != 0);
+    e->diff_dst.setup(p.user_dst(), pd.diff_dst_desc(), kFirstIn, p.training != 0);
+    e->diff_src.setup(p.user_src(), pd.diff_src_desc(), kOut, p.training != 0);
     e->ws_md = pd.workspace_desc();
   }
   {
@@ -621,6 +664,7 @@ void clear_all() {
   g_conv_bw.clear();
   g_pool_fwd.clear();
   g_pool_bwd.clear();
+  for (Arena& a : g_arena) a.release();
 }
 
 // fork(): no other thread may hold the mutex while the address space is copied, and the
