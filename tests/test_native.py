@@ -595,7 +595,7 @@ def test_signatures_sharing_staging_memory_stay_exact() -> None:
     assert native.available(), native.info()
     torch.manual_seed(11)
     w, b = torch.randn(16, 16, 3, 3), torch.randn(16)
-    w1 = torch.randn(16, 16, 3)
+    w1, b1 = torch.randn(32, 32, 3), torch.randn(32)
     pads2 = ((0, 1), (1, 2))
     with torch.no_grad():
         for size in (9, 40, 7, 33, 12, 40, 5):
@@ -609,10 +609,12 @@ def test_signatures_sharing_staging_memory_stay_exact() -> None:
                 want = F.max_pool2d(F.pad(x, torch_pad(pads2), value=-math.inf), 3, 2)
                 got = _ops.pool("max", x, want.shape[2:], (3, 3), (2, 2), (1, 1), pads2)
                 torch.testing.assert_close(got, want)
-            x1 = torch.randn(1, 16, 8 * size)
-            got = _ops.conv(x1, w1, b, (1,), (4,), ((8, 0),), 1)
-            want = F.conv1d(F.pad(x1, (8, 0)), w1, b, 1, 0, 4)
-            torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+            # pads in the source buffer: two geometries in turn take the one buffer
+            for pads, dil in ((((16, 0),), 8), (((24, 0),), 12), (((16, 0),), 8)):
+                x1 = torch.randn(2, 32, 8 * size)
+                got = _ops.conv(x1, w1, b1, (1,), (dil,), pads, 1)
+                want = F.conv1d(F.pad(x1, torch_pad(pads)), w1, b1, 1, 0, dil)
+                torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
 
 
 @requires_backend

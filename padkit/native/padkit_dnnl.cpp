@@ -208,8 +208,14 @@ struct Arena {
   }
 };
 
-enum Role { kFirstIn = 0, kSecondIn = 1, kOut = 2 };
-Arena g_arena[3];
+enum Role { kFirstIn = 0, kSecondIn = 1, kOut = 2, kPaddedIn = 3 };
+Arena g_arena[4];
+// kPaddedIn holds a source with its pads in the buffer (Staged::setup_padded): the
+// signature whose zeroed borders it holds now (0: none). Only such sources write it, and
+// each writes its interior only, so the borders stay zero until another signature's
+// geometry takes the buffer (which zeroes it again).
+uint64_t g_padded_owner = 0;
+uint64_t g_padded_made = 0;
 
 // A user buffer seen through the layout a primitive wants: a reorder when they differ. In
 // inference the buffer in the primitive's layout is the role's shared arena (above): a
@@ -226,23 +232,24 @@ struct Staged {
   memory buf;  // the current call's buffer in the primitive's layout
   reorder prim;
 
-  // an input reordered into the interior of a zeroed, larger buffer (pads in the buffer,
-  // written once: every call overwrites the interior only); inference only, kept with its
-  // primitive
+  // an input reordered into the interior of a zeroed, larger buffer (pads in the buffer:
+  // the borders are zeroed when this signature takes the shared kPaddedIn buffer, and
+  // every call overwrites the interior only); inference only
   bool padded = false;
-  memory window;
+  uint64_t id = 0;
+  memory::desc window_md;
 
   void setup_padded(const memory::desc& user, const memory::desc& w, const dims_t& lo) {
     needed = true;
     padded = true;
     want = w;
-    buf = memory(want, eng());
-    std::memset(buf.get_data_handle(), 0, want.get_size());
+    role = kPaddedIn;
+    id = ++g_padded_made;
     dims_t offsets(user.get_dims().size(), 0);
     for (size_t a = 0; a < lo.size(); ++a) offsets[2 + a] = lo[a];
-    window = memory(want.submemory_desc(user.get_dims(), offsets), eng(), buf.get_data_handle());
+    window_md = want.submemory_desc(user.get_dims(), offsets);
     memory u(user, eng(), nullptr);
-    prim = reorder(u, window);
+    prim = reorder(u, memory(window_md, eng(), nullptr));
   }
 
   void setup(const memory::desc& user, const memory::desc& w, Role r, bool training) {
@@ -265,8 +272,16 @@ struct Staged {
     memory u(user, eng(), ptr);
     if (!needed) return u;
     if (padded) {
+      Arena& a = g_arena[kPaddedIn];
+      void* before = a.ptr;
+      void* ptr = a.get(want.get_size());
+      if (g_padded_owner != id || ptr != before) {
+        std::memset(ptr, 0, want.get_size());
+        g_padded_owner = id;
+      }
+      memory window(window_md, eng(), ptr);
       prim.execute(strm(), u, window);
-      return buf;
+      return memory(want, eng(), ptr);
     }
     memory b = fresh();
     prim.execute(strm(), u, b);
@@ -665,6 +680,7 @@ void clear_all() {
   g_pool_fwd.clear();
   g_pool_bwd.clear();
   for (Arena& a : g_arena) a.release();
+  g_padded_owner = 0;
 }
 
 // fork(): no other thread may hold the mutex while the address space is copied, and the
