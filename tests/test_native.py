@@ -586,6 +586,34 @@ def test_inference_convs_with_pads_in_the_source_buffer_stay_exact(
 
 
 @requires_backend
+@pytest.mark.parametrize(
+    "n, c, length, d, pads", [(1, 64, 300, 4, ((8, 0),)), (2, 32, 57, 8, ((16, 0),))]
+)
+def test_training_with_pads_in_the_source_buffer_matches_the_reference(
+    n: int, c: int, length: int, d: int, pads: Pairs
+) -> None:
+    """Training's forward pass may run on a source buffer holding the pads (where oneDNN's
+    direct kernels take no such pads) while its backward passes keep them: the output and
+    every gradient equal the F.pad reference's, over steps of new values."""
+    assert native.available(), native.info()
+    torch.manual_seed(7)
+    w0, b0 = torch.randn(c, c, 3), torch.randn(c)
+    for _ in range(2):
+        x0 = torch.randn(n, c, length)
+        g = torch.randn(n, c, length)
+        x, w, b = (t.clone().requires_grad_() for t in (x0, w0, b0))
+        got = _ops.conv(x, w, b, (1,), (d,), pads, 1)
+        got.backward(g)
+        rx, rw, rb = (t.clone().requires_grad_() for t in (x0, w0, b0))
+        want = F.conv1d(F.pad(rx, torch_pad(pads)), rw, rb, 1, 0, d)
+        want.backward(g)
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+        for a, r in ((x, rx), (w, rw), (b, rb)):
+            torch.testing.assert_close(a.grad, r.grad, rtol=1e-4, atol=1e-3)
+        w0 = w0 + 0.1  # the next step's weight
+
+
+@requires_backend
 def test_signatures_sharing_staging_memory_stay_exact() -> None:
     """Inference calls of every signature reorder into one staging buffer per role, grown to
     the largest call: oneDNN's own calls (no kernel check behind them) that alternate sizes

@@ -63,11 +63,14 @@ struct Params {
   dims_t in, out, k, s, d, pl, pr;
   dims_t src_st, dst_st, wei_st;
   bool force_any = false;  // NCHW: let oneDNN choose the layout (see resolve_layout)
-  // NCHW inference: the pads are written into the blocked source buffer (zeros around the
+  // NCHW forward: the pads are written into the blocked source buffer (zeros around the
   // reordered input) and the primitive runs unpadded (see resolve_layout); src_pl / src_pr
   // hold the pads, pl / pr are zero then
   bool pad_in_src = false;
   dims_t src_pl, src_pr;
+  // NCHW: the channel block of the blocked layout (16; 8 where the instruction set's direct
+  // kernels take only that, AVX2, for a source with its pads)
+  int64_t block = 16;
   std::vector<int64_t> key;
 
   explicit Params(const int64_t* p) {
@@ -136,11 +139,13 @@ struct Params {
   }
   memory::format_tag any_tag() const { return memory::format_tag::any; }
   memory::format_tag nchw_tag(int64_t channels) const {
-    if (force_any || channels % 16 != 0) return any_tag();
-    static const memory::format_tag tags[] = {memory::format_tag::nCw16c,
-                                              memory::format_tag::nChw16c,
-                                              memory::format_tag::nCdhw16c};
-    return tags[nd - 1];
+    if (force_any || channels % block != 0) return any_tag();
+    static const memory::format_tag tags16[] = {memory::format_tag::nCw16c,
+                                                memory::format_tag::nChw16c,
+                                                memory::format_tag::nCdhw16c};
+    static const memory::format_tag tags8[] = {
+        memory::format_tag::nCw8c, memory::format_tag::nChw8c, memory::format_tag::nCdhw8c};
+    return block == 8 ? tags8[nd - 1] : tags16[nd - 1];
   }
 
   // weights, oneDNN order: [G,] OC/G, IC/G, k...
@@ -390,25 +395,37 @@ deconvolution_forward::primitive_desc deconv_hint(const Params& p) {
       p.bias_md(), p.prim_dst(), p.s, p.d, p.pl, p.pr);
 }
 
-// oneDNN has no fast kernel for some pads on the blocked layout (a reference
-// implementation runs instead: causal dilated convs). In inference the pads then go into
-// the blocked source buffer, which the input is reordered into anyway, and the primitive
-// runs unpadded on it (no copy more than the reorder, and the blocked kernels torch's own
-// conv uses); elsewhere oneDNN chooses the layout (for a 1-d conv a channels-last one, with
-// a transposing reorder in and out)
-Params resolve_layout(const Params& p) {
+// whether oneDNN's implementation is a direct kernel: not its reference loops, not a GEMM
+// over an im2col copy (both run where its direct kernels take no such pads)
+bool direct(const std::string& impl) {
+  return impl.rfind("ref", 0) != 0 && impl.find("gemm") == std::string::npos;
+}
+
+// oneDNN has no direct kernel for some pads on the blocked layout (its reference loops or a
+// GEMM over an im2col copy run instead: causal dilated convs, forward). For the forward
+// pass the pads then go into the blocked source buffer, which the input is reordered into
+// anyway, and the primitive runs unpadded on it (no copy more than the reorder, and the
+// blocked kernels torch's own conv uses; training's forward too: its backward passes keep
+// the pads, which their direct kernels take). Elsewhere, where only the reference loops
+// run, oneDNN chooses the layout (for a 1-d conv a channels-last one, with a transposing
+// reorder in and out)
+Params resolve_layout(const Params& p, bool forward) {
   if (p.channels_last()) return p;
   std::string impl = p.kind == 0 ? conv_hint(p).impl_info_str() : deconv_hint(p).impl_info_str();
-  if (impl.rfind("ref", 0) != 0) return p;
-  if (p.kind == 0 && p.training == 0 && p.IC % 16 == 0) {
+  if (direct(impl)) return p;
+  if (p.kind == 0 && (forward || p.training == 0) && p.IC % 16 == 0) {
     Params q = p;
     q.pad_in_src = true;
     q.src_pl = p.pl;
     q.src_pr = p.pr;
     std::fill(q.pl.begin(), q.pl.end(), 0);
     std::fill(q.pr.begin(), q.pr.end(), 0);
-    if (std::string(conv_hint(q).impl_info_str()).rfind("ref", 0) != 0) return q;
+    for (int64_t block : {16, 8}) {
+      q.block = block;
+      if (direct(conv_hint(q).impl_info_str())) return q;
+    }
   }
+  if (impl.rfind("ref", 0) != 0) return p;
   Params q = p;
   q.force_any = true;
   return q;
@@ -442,7 +459,7 @@ void conv_forward(const int64_t* raw, void* src, void* wei, void* bias, void* ds
   bool fresh;
   ConvFwd* e = slot(g_conv_fwd, p.key, fresh, 0);
   if (fresh) {
-    const Params q = resolve_layout(p);
+    const Params q = resolve_layout(p, true);
     e->pd = conv_fwd_pd(q);
     e->prim = primitive(e->pd);
     if (q.pad_in_src) {
@@ -473,7 +490,7 @@ void conv_backward_data(const int64_t* raw, void* diff_dst, void* wei, void* dif
   ConvBwdData* e = slot(g_conv_bd, p.key, fresh, 1);
   memory::desc dsrc, dwei, ddst;
   if (fresh) {
-    const Params q = resolve_layout(p);
+    const Params q = resolve_layout(p, false);
     if (p.kind == 0) {
       auto pd = convolution_backward_data::primitive_desc(
           eng(), algorithm::convolution_direct, q.prim_src(), q.prim_wei(), q.prim_dst(), p.s,
@@ -510,7 +527,7 @@ void conv_backward_weights(const int64_t* raw, void* src, void* diff_dst, void* 
   bool fresh;
   ConvBwdWei* e = slot(g_conv_bw, p.key, fresh, 2);
   if (fresh) {
-    const Params q = resolve_layout(p);
+    const Params q = resolve_layout(p, false);
     memory::desc s, dw, dd;
     if (p.kind == 0) {
       auto pd = convolution_backward_weights::primitive_desc(
@@ -645,8 +662,8 @@ std::string impl_name(const int64_t* raw, int which) {
                pool_md(p, p.dst_dims(), p.user_dst()), p.s, p.k, p.d, p.pl, p.pr, fwd)
         .impl_info_str();
   }
-  const Params q = resolve_layout(p);
-  if (which == 0) return conv_fwd_pd(q).impl_info_str();
+  if (which == 0) return conv_fwd_pd(resolve_layout(p, true)).impl_info_str();
+  const Params q = resolve_layout(p, false);
   if (q.kind == 0) {
     if (which == 1) {
       return convolution_backward_data::primitive_desc(eng(), algorithm::convolution_direct,
