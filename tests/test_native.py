@@ -641,6 +641,8 @@ def test_input_gradient_as_a_forward_conv_matches_the_reference(
     x0, w0, b0 = torch.randn(shape), torch.randn(c, c // groups, *k), torch.randn(c)
     s = (1,) * len(k)
     _ops._GRAD_ROUTE.clear()
+    before = _dispatch.HOOK.tuner.measure
+    native.set_tuning(True)
     try:
         for step in range(6):  # past the timed calls, then on the route forced below
             x, w, b = (t.clone().requires_grad_() for t in (x0, w0, b0))
@@ -657,7 +659,14 @@ def test_input_gradient_as_a_forward_conv_matches_the_reference(
                 assert len(_ops._GRAD_ROUTE) == 1
                 for key in _ops._GRAD_ROUTE:
                     _ops._GRAD_ROUTE[key] = as_forward
+        # the deterministic mode times nothing: the backward-data primitive runs
+        _ops._GRAD_ROUTE.clear()
+        native.set_tuning(False)
+        x = x0.clone().requires_grad_()
+        _ops.conv(x, w0, None, s, d, pads, groups).sum().backward()
+        assert not _ops._GRAD_ROUTE
     finally:
+        native.set_tuning(before)
         _ops._GRAD_ROUTE.clear()
 
 

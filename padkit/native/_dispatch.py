@@ -834,6 +834,14 @@ TIME_UNSEEN = 256
 
 HOOK = Hook()
 
+
+def _routes_timed() -> bool:
+    return HOOK.tuner.measure and not torch.are_deterministic_algorithms_enabled()
+
+
+# the backend's own timed routes (a conv's input gradient) follow the tuning switch
+_ops.routes_timed = _routes_timed
+
 #: what padkit.functional and padkit.nn consult before each op: :data:`HOOK` when the
 #: backend is on, None when it is off, or (by default, until the first op) an object that
 #: turns it on where it builds (:mod:`padkit.native` sets it)

@@ -273,6 +273,16 @@ _GRAD_ROUTE: dict[tuple[Any, ...], bool | tuple[list[float], list[float]]] = {}
 _GRAD_SAMPLES = 2
 
 
+def _routes_timed() -> bool:
+    """Whether a route may be chosen by timing; the backend's dispatcher replaces this
+    with its tuning switch (``padkit.native.set_tuning``, ``PADKIT_NATIVE_TUNE``). Off, and
+    under ``torch.use_deterministic_algorithms``, the backward-data primitive runs."""
+    return not torch.are_deterministic_algorithms_enabled()
+
+
+routes_timed = _routes_timed
+
+
 def _grad_as_forward(
     kind: int, w: Tensor, s: Sequence[int], d: Sequence[int], pads: Pairs, groups: int
 ) -> tuple[Tensor, Pairs] | None:
@@ -321,7 +331,7 @@ def _grad_input(
 
     key = (*_call_key(kind, x, w, False, s, d, pads, groups, True), torch.get_num_threads())
     route = _GRAD_ROUTE.get(key)
-    if route is False:
+    if route is False or not routes_timed():
         return primitive()
     as_forward = _grad_as_forward(kind, w, s, d, pads, groups)
     if as_forward is None:
