@@ -312,7 +312,6 @@ def _grad_input(
     d: Sequence[int],
     pads: Pairs,
     groups: int,
-    cl: bool,
     p: Any,
 ) -> Tensor:
     """The input gradient: oneDNN's backward-data primitive, or, for a stride-1 conv with
@@ -395,7 +394,7 @@ class _ConvFunction(torch.autograd.Function):
         gx = gw = gb = None
         p = _conv_params(kind, x, w, ctx.has_bias, ctx.out_shape, s, d, pads, groups, True, cl)
         if ctx.needs_input_grad[0]:
-            gx = _grad_input(kind, x, w, grad, s, d, pads, groups, cl, p)
+            gx = _grad_input(kind, x, w, grad, s, d, pads, groups, p)
         if ctx.needs_input_grad[1] or (ctx.has_bias and ctx.needs_input_grad[2]):
             gw = torch.empty_like(w)
             gb = torch.empty(ctx.out_shape[1], dtype=w.dtype) if ctx.has_bias else None

@@ -239,7 +239,7 @@ struct Staged {
 
   // an input reordered into the interior of a zeroed, larger buffer (pads in the buffer:
   // the borders are zeroed when this signature takes the shared kPaddedIn buffer, and
-  // every call overwrites the interior only); inference only
+  // every call overwrites the interior only); forward passes only
   bool padded = false;
   uint64_t id = 0;
   memory::desc window_md;
@@ -277,16 +277,16 @@ struct Staged {
     memory u(user, eng(), ptr);
     if (!needed) return u;
     if (padded) {
-      Arena& a = g_arena[kPaddedIn];
-      void* before = a.ptr;
-      void* ptr = a.get(want.get_size());
-      if (g_padded_owner != id || ptr != before) {
-        std::memset(ptr, 0, want.get_size());
+      // the owner's size fitted when it zeroed the buffer, and the buffer never shrinks
+      // (clear_all resets the owner): it holds this geometry's zero borders
+      void* padded_buf = g_arena[kPaddedIn].get(want.get_size());
+      if (g_padded_owner != id) {
+        std::memset(padded_buf, 0, want.get_size());
         g_padded_owner = id;
       }
-      memory window(window_md, eng(), ptr);
+      memory window(window_md, eng(), padded_buf);
       prim.execute(strm(), u, window);
-      return memory(want, eng(), ptr);
+      return memory(want, eng(), padded_buf);
     }
     memory b = fresh();
     prim.execute(strm(), u, b);
