@@ -295,7 +295,7 @@ def layout_timing_on() -> bool:
     """Whether a transposed conv may time its layouts at all: the native backend's tuning
     switch is on (``PADKIT_NATIVE_TUNE``, ``padkit.native.set_tuning``) and deterministic
     algorithms are off. Eager calls and compiled plans both ask it."""
-    return _backend.HOOK.tuner.measure and not torch.are_deterministic_algorithms_enabled()
+    return _backend.HOOK.tuner.timing_on()
 
 
 def _shifted_if_faster(

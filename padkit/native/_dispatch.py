@@ -836,7 +836,7 @@ HOOK = Hook()
 
 
 def _routes_timed() -> bool:
-    return HOOK.tuner.measure and not torch.are_deterministic_algorithms_enabled()
+    return HOOK.tuner.timing_on()
 
 
 # the backend's own timed routes (a conv's input gradient) follow the tuning switch

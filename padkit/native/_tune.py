@@ -119,6 +119,12 @@ class Tuner:
         #: :meth:`near`'s answers, with the (version, number of choices) they were made at
         self._near: dict[Key, tuple[tuple[int, int], bool | None]] = {}
 
+    def timing_on(self) -> bool:
+        """Whether padkit may choose anything by timing: this tuner measures
+        (``PADKIT_NATIVE_TUNE``, ``padkit.native.set_tuning``) and deterministic algorithms
+        are off (``torch.use_deterministic_algorithms``)."""
+        return self.measure and not torch.are_deterministic_algorithms_enabled()
+
     def reset_lock(self) -> None:
         """A new lock (a forked child: the parent's may have been held by another thread)."""
         self._lock = threading.Lock()
