@@ -73,6 +73,7 @@ from ..op import max_pad_fill
 from ..spec import PaddingError
 from ._catalog import _BATCH_NORMS, _HOLDERS, _MEASURED, _REFUSED, elementwise, refused_norm
 from ._check import ModelRaised, model_raised, probe_lengths, probe_stream, unchanged
+from ._hold import HoldSchedule, measure_schedule
 from ._lookahead import Clocks, make_clocks
 from ._ops import (
     empty_output,
@@ -99,7 +100,15 @@ from ._recurrent import (
     plan_recurrent,
     run_recurrent,
 )
-from ._state import _INPUT_KEY, _POS_KEY, _STARTUP_KEY, StreamState, _Context, fresh_entries
+from ._state import (
+    _HELD_KEY,
+    _INPUT_KEY,
+    _POS_KEY,
+    _STARTUP_KEY,
+    StreamState,
+    _Context,
+    fresh_entries,
+)
 from ._step_export import StreamingStep, export_onnx, step_module
 from ._verify import verify
 from .convert import _KeywordTolerant
@@ -319,6 +328,7 @@ class StreamingModule(nn.Module):
         self._lookahead_mode = lookahead is not None
         self._startup_cache: dict[tuple[Any, ...], int] = {}
         self._startup: int | None = None
+        self._init_hold()
         self._scan(model, "", set())
         self._stand_ins.clear()
         if lookahead is not None and self._rnn_plans:
@@ -359,12 +369,16 @@ class StreamingModule(nn.Module):
         state["_slots"] = [(parent, key, layer, None) for parent, key, layer, _ in self._slots]
         state["_root_stand_in"] = None
         state["_ctx"] = None
+        state["_hold_memo"] = None
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         state.setdefault("_rnn_hx", set())  # pickles made before these existed
         state.setdefault("_measure", {})
         state.setdefault("_empties", {})
+        state.setdefault("_holds", {})
+        state.setdefault("_held_outs", {})
+        state["_hold_memo"] = None
         if "_clocks" not in state:  # pickles made before strided lookahead
             delay = state.pop("_delay", 0)
             state["_lookahead"] = delay
@@ -664,6 +678,7 @@ class StreamingModule(nn.Module):
                 f"got {rows!r}"
             )
         idx = torch.as_tensor(rows, dtype=torch.int64).flatten()
+        state = self._settled(state)
         if self._has_reflect():
             self._reset_rows_reflect(state, idx, rows)
         new = dict(state)
@@ -761,6 +776,24 @@ class StreamingModule(nn.Module):
         Returns:
             ``(output, new_state)``; ``output`` is what the model returns for the chunk.
         """
+        memo = self._hold_memo
+        if memo is not None and type(state) is dict:
+            # the chunk continues the input the previous step held: hold it too while the
+            # samples still complete no output (see ``_hold.py``); a chunk of another shape,
+            # dtype or device takes the full path, which says what is wrong
+            held = state.get(_HELD_KEY)
+            if held is memo[0] and type(chunk) is Tensor and chunk.dtype is held.dtype:
+                dim, left = memo[1], memo[2]
+                try:
+                    n = chunk.shape[dim]
+                    x = torch.cat((held, chunk), dim) if n < left else None
+                except (RuntimeError, IndexError):
+                    x = None
+                if x is not None:
+                    new = dict(state)
+                    new[_HELD_KEY] = x
+                    self.__dict__["_hold_memo"] = (x, dim, left - n, memo[3])
+                    return memo[3], new
         self._check_chunk(chunk, "step(): chunk")
         if not isinstance(state, dict):
             raise TypeError(
@@ -798,11 +831,137 @@ class StreamingModule(nn.Module):
                 held.update(state)
                 held[_STARTUP_KEY] = x.clone()
                 return out, held
+        waiting = state.get(_HELD_KEY)
+        if waiting is not None:
+            dim = self.axis if self.axis >= 0 else chunk.dim() + self.axis
+            if not _continues(waiting, chunk, dim):
+                raise PaddingError(
+                    f"step(): state {_HELD_KEY!r} holds input of shape {tuple(waiting.shape)} "
+                    f"({waiting.dtype}, {waiting.device}) until it completes an output; the chunk "
+                    f"of shape {tuple(chunk.shape)} ({chunk.dtype}, {chunk.device}) does not "
+                    "continue it. Pass the state returned by the previous step, or chunks of "
+                    "the stream's shape, dtype and device"
+                )
+            x = torch.cat([waiting, chunk], dim) if chunk.shape[dim] else waiting
+            state = {k: v for k, v in state.items() if k != _HELD_KEY}
+        if not final and not lazy:
+            kept = self._hold(x, chunk, state)
+            if kept is not None:
+                return kept
         ctx = _Context(state_in=state, lazy=lazy, chunk=_described(chunk))
         out = self._run(x, ctx, "flush()" if final else "step()")
         new_state = {**ctx.created, **state, **ctx.state_out}
         new_state.pop(_STARTUP_KEY, None)
         return out, new_state
+
+    # ------------------------------------------------------------------ holding
+
+    def _init_hold(self) -> None:
+        # per input shape (but batch and time): the schedule, or None (never held)
+        self._holds: dict[tuple[Any, ...], HoldSchedule | None] = {}
+        # per input shape, dtype, device and mode: the output of a step that completes
+        # nothing, or None (the model does not run on an empty chunk)
+        self._held_outs: dict[tuple[Any, ...], Any] = {}
+        # the held input the last step returned, its time axis, the samples that complete
+        # an output when added to it, and that step's output
+        self._hold_memo: tuple[Tensor, int, int, Any] | None = None
+
+    def _hold(self, x: Tensor, chunk: Tensor, state: StreamState) -> tuple[Any, StreamState] | None:
+        """Hold ``x`` (the held input and the chunk) in the state when it completes no
+        output; returns the step's output and state, or None to run the model."""
+        if self._lookahead_mode or self._probing or self._has_reflect():
+            return None  # (the self-check's probe streams compare every step's modules)
+        dim = self.axis if self.axis >= 0 else x.dim() + self.axis
+        hop = self.__dict__.get("_hold_hop")
+        if hop is None:
+            hop = self.__dict__["_hold_hop"] = self._hop_and_minimum()[0]
+        if x.shape[dim] >= hop:  # a whole period completes an output (or hop is 1)
+            return None
+        schedule = self._hold_schedule(x, dim)
+        if schedule is None:
+            return None
+        pos = state.get(schedule.pilot)
+        if pos is None:
+            return None
+        counts = pos.tolist() if pos.dim() else [int(pos)]
+        if not counts or any(c != counts[0] for c in counts):
+            return None  # rows at different counts: the model runs every step
+        gap = schedule.gap(int(counts[0]))
+        if x.shape[dim] >= gap:
+            return None
+        out = self._held_output(x, state, dim)
+        if out is None:
+            return None
+        new = dict(state)
+        new[_HELD_KEY] = x.clone() if x is chunk else x
+        self.__dict__["_hold_memo"] = (new[_HELD_KEY], dim, gap - x.shape[dim], out)
+        return out, new
+
+    def _hold_schedule(self, x: Tensor, dim: int) -> HoldSchedule | None:
+        key = (tuple(x.shape[1:dim]), tuple(x.shape[dim + 1 :]))
+        if key in self._holds:
+            return self._holds[key]
+        schedule = None
+        hop, minimum = self._hop_and_minimum()
+        if hop > 1:
+            pilots = {p.key_pos for p in self._stateful()}
+            shape = list(x.shape)
+            shape[0] = 1
+
+            def run(n: int) -> tuple[int, dict[str, int]] | None:
+                shape[dim] = n
+                ctx = _Context(state_in={}, lazy=True)
+                try:
+                    with unchanged(self.model, buffers_only=True), torch.no_grad():
+                        out = self._run(x.new_zeros(shape), ctx, "step()")
+                except Exception:  # the model refuses this length: no schedule
+                    return None
+                if not isinstance(out, Tensor):
+                    return None
+                odim = self.axis if self.axis >= 0 else out.dim() + self.axis
+                counts = {}
+                for key in pilots:
+                    v = ctx.state_out.get(key)
+                    if isinstance(v, Tensor) and v.numel() == 1:
+                        counts[key] = int(v.reshape(()))
+                return int(out.shape[odim]), counts
+
+            with self._lock:
+                schedule = measure_schedule(run, hop, minimum, pilots)
+        if len(self._holds) >= 64:
+            self._holds.clear()
+        self._holds[key] = schedule
+        return schedule
+
+    def _held_output(self, x: Tensor, state: StreamState, dim: int) -> Any:
+        """What a step that completes no output returns (the model's run on an empty chunk,
+        once per shape), or None where the model does not run on one."""
+        shape = list(x.shape)
+        shape[dim] = 0
+        training = self._modules["model"].training  # type: ignore[union-attr]
+        key = (tuple(shape), x.dtype, x.device, training, torch.is_grad_enabled())
+        if key in self._held_outs:
+            return self._held_outs[key]
+        ctx = _Context(state_in=state, lazy=True, chunk=_described(x))
+        try:
+            out = self._run(x.narrow(dim, 0, 0), ctx, "step()")
+        except Exception:
+            out = None
+        if out is not None and not isinstance(out, Tensor):
+            out = None  # a structure of outputs: the model runs every step
+        if len(self._held_outs) >= 64:
+            self._held_outs.clear()
+        self._held_outs[key] = out
+        return out
+
+    def _settled(self, state: StreamState) -> StreamState:
+        """``state`` with its held input run through the model (which completes no output
+        from it: it was held because it would not)."""
+        held = state.get(_HELD_KEY)
+        if held is None:
+            return state
+        dim = self.axis if self.axis >= 0 else held.dim() + self.axis
+        return self._step_causal(held.narrow(dim, 0, 0), state, lazy=False, final=True)[1]
 
     def _has_reflect(self) -> bool:
         found = self.__dict__.get("_any_reflect")
@@ -893,7 +1052,7 @@ class StreamingModule(nn.Module):
         """
         if not isinstance(state, dict):
             raise TypeError(f"flush(): state must be a state dict, got {type(state).__name__}")
-        held = state.get(_INPUT_KEY, state.get(_STARTUP_KEY))
+        held = state.get(_INPUT_KEY, state.get(_STARTUP_KEY, state.get(_HELD_KEY)))
         if example is None and held is None:
             raise PaddingError("flush(): pass example= (a chunk) when no step has run")
         probe = held if held is not None else example
@@ -1810,6 +1969,17 @@ def _advanced(ctx: _Context, pos: Tensor, length: int) -> Tensor:
         new = ctx.advanced[key] = pos.add(length)  # the method: __add__ is a Python wrapper
         ctx.advanced[(id(new), -1)] = pos  # keeps ``pos`` alive, so its id stays unique
     return new
+
+
+def _continues(held: Tensor, chunk: Tensor, dim: int) -> bool:
+    """Whether ``chunk`` continues the held input along the time axis ``dim``."""
+    return (
+        chunk.dim() == held.dim()
+        and chunk.shape[:dim] == held.shape[:dim]
+        and chunk.shape[dim + 1 :] == held.shape[dim + 1 :]
+        and chunk.dtype == held.dtype
+        and chunk.device == held.device
+    )
 
 
 def _described(chunk: Any) -> tuple[tuple[int, ...], torch.dtype, torch.device] | None:

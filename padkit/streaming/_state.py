@@ -19,6 +19,8 @@ _INPUT_KEY = "<stream>.input"
 _POS_KEY = "<stream>.pos"
 # reflect time padding: the input held until the stream's start-up is complete
 _STARTUP_KEY = "<stream>.startup"
+# causal mode: input held until it completes an output (``_hold.py``)
+_HELD_KEY = "<stream>.held"
 
 
 class _Context:

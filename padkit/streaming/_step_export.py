@@ -32,6 +32,7 @@ def step_module(
     stream._self_check(example)
     if state is None:
         state = stream.init_state(example=example)
+    state = stream._settled(state)  # input a step held: run it (it completes no output)
     if _STARTUP_KEY in state or (stream._has_reflect() and stream._at_start(state)):
         dim = stream.axis if stream.axis >= 0 else example.dim() + stream.axis
         need = stream._startup_samples(example)
@@ -94,7 +95,7 @@ def export_onnx(
                 "length; export a fixed length (a multiple of the total stride)"
             )
     step = stream.step_module(example, state)
-    start = state if state is not None else stream.init_state(example=example)
+    start = stream._settled(state) if state is not None else stream.init_state(example=example)
     # distinct tensors: layers may share one count tensor, which export would alias
     values = [start[k].clone() for k in step.state_names]
     args = (torch.zeros_like(example), *values)

@@ -1,0 +1,150 @@
+"""Short chunks held in the state until they complete an output (``padkit/streaming/_hold``).
+
+The reference for every value is the model's own full-sequence run. The reference for when
+an output is due is independent of the stream too: after ``n`` input samples, the outputs
+that are final are those of the full run on the first ``n`` samples that equal the full
+run's on the whole input (a causal model's later input changes none of them).
+"""
+
+from __future__ import annotations
+
+import io
+import random
+
+import pytest
+import torch
+from torch import Tensor, nn
+
+import padkit.nn as pn
+from padkit import PaddingError
+from padkit.streaming import StreamingModule
+
+HELD = "<stream>.held"
+
+
+def due(model: nn.Module, x: Tensor, n: int, full: Tensor) -> int:
+    """Outputs final after ``n`` samples: the leading outputs of the run on ``x[..., :n]``
+    that equal the full run's."""
+    try:
+        part = model(x[..., :n])
+    except PaddingError:  # shorter than the first strided window: no output yet
+        return 0
+    k = 0
+    while k < part.shape[-1] and torch.allclose(part[..., k], full[..., k], atol=1e-6):
+        k += 1
+    return k
+
+
+def chunkings(n: int, seed: int) -> list[list[int]]:
+    rng = random.Random(seed)
+    rand: list[int] = []
+    while sum(rand) < n:
+        rand.append(min(rng.randint(1, 23), n - sum(rand)))
+    return [[1] * n, [7] * (n // 7) + [n % 7], rand]
+
+
+def plain() -> nn.Module:
+    torch.manual_seed(0)
+    net = nn.Sequential(
+        pn.Conv1d(2, 8, 7, padding="causal"),
+        nn.ELU(),
+        pn.Conv1d(8, 8, 8, stride=4, padding="causal_block"),
+        nn.ELU(),
+        pn.Conv1d(8, 8, 3, padding="causal", dilation=3),
+        nn.ELU(),
+        pn.Conv1d(8, 4, 10, stride=5, padding="causal"),
+    )
+    return net.eval()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_short_chunks_are_held_and_every_output_comes_when_due(dtype: torch.dtype) -> None:
+    model = plain().to(dtype)
+    sm = StreamingModule(model)
+    x = torch.randn(2, 2, 170, dtype=dtype)
+    with torch.no_grad():
+        full = model(x)
+        expected = {n: due(model, x, n, full) for n in range(x.shape[-1] + 1)}
+        for sizes in chunkings(x.shape[-1], 3):
+            state = sm.init_state(example=x[..., :1])
+            outs, n, held = [], 0, 0
+            for chunk in x.split(sizes, -1):
+                y, state = sm.step(chunk, state)
+                n += chunk.shape[-1]
+                outs.append(y)
+                held += HELD in state
+                assert sum(o.shape[-1] for o in outs) == expected[n], (sizes[0], n)
+            torch.testing.assert_close(torch.cat(outs, -1), full[..., : expected[n]])
+            assert held > 0  # the mechanism ran: most short chunks complete no output
+            tail = sm.flush(state, example=x[..., :1])
+            assert tail.shape[-1] == 0
+
+
+def test_a_held_state_is_a_state_like_any_other() -> None:
+    """Saved and loaded, moved (new tensor objects), stepped twice, reset per row, flushed:
+    each continues exactly."""
+    model = plain()
+    sm = StreamingModule(model)
+    x = torch.randn(2, 2, 120)
+    with torch.no_grad():
+        full = model(x)
+        state = sm.init_state(example=x[..., :1])
+        outs = []
+        for chunk in x[..., :53].split(1, -1):
+            y, state = sm.step(chunk, state)
+            outs.append(y)
+        assert HELD in state
+        assert all(isinstance(v, Tensor) for v in state.values())
+        buffer = io.BytesIO()
+        torch.save(state, buffer)
+        buffer.seek(0)
+        loaded = torch.load(buffer, weights_only=True)
+        moved = {k: v.clone() for k, v in state.items()}
+        rest = x[..., 53:]
+        for start in (state, loaded, moved, state):  # `state` twice: it is not modified
+            more = [o for o in outs]
+            s = start
+            for chunk in rest.split(3, -1):
+                y, s = sm.step(chunk, s)
+                more.append(y)
+            torch.testing.assert_close(torch.cat(more, -1), full, rtol=1e-5, atol=1e-6)
+        # every row restarts on a held state: the outputs equal a fresh stream's
+        reset = sm.reset_rows(state, [0, 1])
+        assert HELD not in reset
+        y0, _ = sm.step(rest, reset)
+        torch.testing.assert_close(y0, model(rest)[..., : y0.shape[-1]])
+        assert y0.shape[-1] == due(model, rest, rest.shape[-1], model(rest))
+
+
+def test_a_chunk_that_does_not_continue_the_held_input_is_refused() -> None:
+    sm = StreamingModule(plain())
+    x = torch.randn(1, 2, 60)
+    with torch.no_grad():
+        state = sm.init_state(example=x[..., :1])
+        for chunk in x.split(1, -1):
+            _, state = sm.step(chunk, state)
+        assert HELD in state
+        with pytest.raises(PaddingError, match=r"holds input of shape \(1, 2, \d+\)"):
+            sm.step(torch.randn(1, 3, 1), state)
+        with pytest.raises(PaddingError, match="float64"):
+            sm.step(torch.randn(1, 2, 1, dtype=torch.float64), state)
+
+
+def test_export_from_a_held_state_runs_the_held_input_first() -> None:
+    model = plain()
+    sm = StreamingModule(model)
+    x = torch.randn(1, 2, 100)
+    with torch.no_grad():
+        full = model(x)
+        state = sm.init_state(example=x[..., :1])
+        outs = []
+        for chunk in x[..., :47].split(1, -1):  # 47 = 40 + 7 held
+            y, state = sm.step(chunk, state)
+            outs.append(y)
+        assert HELD in state
+        step = sm.step_module(x[..., :20], state)
+        assert HELD not in step.state_names
+        settled = sm._settled(state)
+        y, *_ = step(x[..., 47:67], *[settled[k] for k in step.state_names])
+        n0 = sum(o.shape[-1] for o in outs)
+        torch.testing.assert_close(y, full[..., n0 : n0 + y.shape[-1]])
