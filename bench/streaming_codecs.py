@@ -30,7 +30,9 @@ measured close together in time. Reported, per case and chunk size:
   times in that round, with the ``[min-max]`` of the per-round ratios;
 * **vs hop**: padkit's cost per sample at this chunk size over its cost at hop-sized chunks in
   the same round, median ``[min-max]`` (both streams cover whole hops, so this is also the
-  ratio of the costs per output sample);
+  ratio of the costs per output sample); **alone**: the same from rounds that stream padkit
+  alone, without the peer's steps in between (whose memory traffic a short step, which
+  does little work of its own, otherwise pays for);
 * each stream's outputs, concatenated, against the model's full-sequence run on the same
   samples (``max |diff|``), or what is wrong: a wrong output length, or the error raised.
 
@@ -363,11 +365,15 @@ def _short(err: BaseException) -> str:
     return f"{type(err).__name__}: {text[:60]}".rstrip(": ")
 
 
-def stream_round(case: Case, x: Tensor, chunk: int, res: dict[str, Result], keep: bool) -> None:
-    """Both streams over ``x`` in chunks of ``chunk``, interleaved chunk by chunk."""
+def stream_round(
+    case: Case, x: Tensor, chunk: int, res: dict[str, Result], keep: bool, alone: bool = False
+) -> None:
+    """Both streams over ``x`` in chunks of ``chunk``, interleaved chunk by chunk (padkit's
+    only, ``alone``)."""
     sm = case.stream
     state = sm.init_state(example=x[..., :1])
-    if case.peer is not None and not res["peer"].error:
+    peer = case.peer if not alone else None
+    if peer is not None and not res["peer"].error:
         case.peer.start()
     tot = {"padkit": 0.0, "peer": 0.0}
     steps = 0
@@ -378,8 +384,8 @@ def stream_round(case: Case, x: Tensor, chunk: int, res: dict[str, Result], keep
         return y
 
     fns: dict[str, Callable[[Tensor], Tensor]] = {"padkit": padkit_step}
-    if case.peer is not None and not res["peer"].error:
-        fns["peer"] = case.peer.step
+    if peer is not None and not res["peer"].error:
+        fns["peer"] = peer.step
     perf = time.perf_counter
     for i, c in enumerate(x.split(chunk, -1)):
         steps += 1
@@ -397,8 +403,8 @@ def stream_round(case: Case, x: Tensor, chunk: int, res: dict[str, Result], keep
             tot[name] += perf() - t0
             if keep:
                 res[name].outs.append(y)
-    if case.peer is not None:
-        case.peer.stop()
+    if peer is not None:
+        peer.stop()
     for name in fns:
         res[name].totals.append(tot[name])
         res[name].steps = steps
@@ -444,6 +450,7 @@ def run_case(case: Case, rounds: int, hops: int, short: int) -> tuple[list[list[
     per_in = full.shape[-1] / x.shape[-1]
     n_out = {c: round(inputs[c].shape[-1] * per_in) for c in case.chunks}
     results = {c: {"padkit": Result(), "peer": Result()} for c in case.chunks}
+    solo = {c: {"padkit": Result(), "peer": Result()} for c in case.chunks}
     with torch.no_grad():
         # warm-up: padkit's self-check runs before its first step; allocator, kernels
         for c in case.chunks:
@@ -464,17 +471,21 @@ def run_case(case: Case, rounds: int, hops: int, short: int) -> tuple[list[list[
                     order = case.chunks if r % 2 == 0 else case.chunks[::-1]
                     for c in order:
                         stream_round(case, inputs[c], c, results[c], keep=(r == 0))
+                    for c in order:
+                        stream_round(case, inputs[c], c, solo[c], keep=False, alone=True)
         finally:
             if gc_was:
                 gc.enable()
     hop_chunk = case.chunks[0]
     hop_cost = [t / inputs[hop_chunk].shape[-1] for t in results[hop_chunk]["padkit"].totals]
+    hop_alone = [t / inputs[hop_chunk].shape[-1] for t in solo[hop_chunk]["padkit"].totals]
     rows: list[list[object]] = []
     for c in case.chunks:
         p, q = results[c]["padkit"], results[c]["peer"]
         n = inputs[c].shape[-1]
         cost = [t / n for t in p.totals]
         vs_hop = [a / b for a, b in zip(cost, hop_cost)] if c != hop_chunk else []
+        alone = [t / n / h for t, h in zip(solo[c]["padkit"].totals, hop_alone)]
         ratio = [a / b for a, b in zip(p.totals, q.totals)] if q.totals else []
         label = f"{c} {case.unit}{'s' if c > 1 else ''}" + (" (hop)" if c == case.hop else "")
         rows.append(
@@ -489,6 +500,7 @@ def run_case(case: Case, rounds: int, hops: int, short: int) -> tuple[list[list[
                 correctness(q, full, n_out[c]) if case.peer is not None else "(no peer)",
                 _spread(ratio),
                 _spread(vs_hop) if vs_hop else "1",
+                _spread(alone) if c != hop_chunk else "1",
             ]
         )
     return rows, mon.other_share
@@ -624,6 +636,7 @@ def main() -> None:
         "peer max |diff|",
         "padkit/peer",
         "padkit cost/sample vs hop",
+        "alone: vs hop",
     ]
     rows: list[list[object]] = []
     loads = []
