@@ -228,6 +228,36 @@ def test_batch_norm_and_affine_constants_fold_into_the_conv_with_fold_all() -> N
     assert [n.op for n in module.graph.nodes].count("call_function") == 1  # the Relu
 
 
+def test_x_times_sigmoid_x_runs_as_one_silu_with_fold_all() -> None:
+    """Both operand orders fold; a sigmoid read twice, and a sigmoid of another tensor
+    (a squeeze-excitation gate), stay."""
+    c = 4
+    nodes = [
+        helper.make_node("Conv", ["x", "w"], ["c"], name="conv", pads=[1, 1, 1, 1]),
+        helper.make_node("Sigmoid", ["c"], ["s1"], name="sig1"),
+        helper.make_node("Mul", ["c", "s1"], ["a"], name="mul1"),
+        helper.make_node("Sigmoid", ["a"], ["s2"], name="sig2"),
+        helper.make_node("Mul", ["s2", "a"], ["b"], name="mul2"),
+        helper.make_node("Sigmoid", ["b"], ["s3"], name="sig3"),
+        helper.make_node("Mul", ["b", "s3"], ["d"], name="mul3"),
+        helper.make_node("Add", ["d", "s3"], ["e"], name="add"),
+        helper.make_node("ReduceMean", ["e"], ["m"], axes=[2, 3], keepdims=1),
+        helper.make_node("Sigmoid", ["m"], ["g"], name="gate"),
+        helper.make_node("Mul", ["e", "g"], ["y"], name="scale"),
+    ]
+    model = _model(nodes, [_init("w", RNG.standard_normal((c, 3, 3, 3)))], ["batch", 3, 8, 7])
+    x = RNG.standard_normal((2, 3, 8, 7)).astype(np.float32)
+    module = _check(model, x, fold="all")
+    assert [(f.kind, f.node, f.into) for f in module.onnx_folds if f.kind == "Sigmoid"] == [
+        ("Sigmoid", "sig1", "mul1"),
+        ("Sigmoid", "sig2", "mul2"),
+    ]
+    targets = [n.target for n in module.graph.nodes]
+    assert targets.count(torch.nn.functional.silu) == 2
+    assert targets.count(torch.sigmoid) == 2  # sig3 (read twice) and the gate
+    assert load(model).onnx_folds == ()  # the default import keeps the graph as spelled
+
+
 def test_default_import_keeps_batch_norm_trainable() -> None:
     module = load(_conv_bn_model())
     assert module.onnx_folds == ()

@@ -5,7 +5,10 @@ that reads it.
   training too: the pads are the same numbers);
 - with ``fold="all"``, a ``BatchNormalization`` (running statistics) and a ``Mul`` / ``Div``
   / ``Add`` / ``Sub`` by a per-channel constant after a conv become the conv's weight and
-  bias (exact up to float rounding, for inference: a folded batch norm no longer trains).
+  bias (exact up to float rounding, for inference: a folded batch norm no longer trains);
+  and ``x * Sigmoid(x)`` (SiLU, swish, as exporters spell it) runs as one
+  ``torch.nn.functional.silu`` (exact up to float rounding: one pass over the tensor
+  instead of two, and no intermediate).
 
 Every fold that is done, and every candidate left in place, is one :class:`Fold`; the
 module :func:`padkit.onnx.load` returns keeps them in ``onnx_folds``.
@@ -18,13 +21,14 @@ from collections import Counter
 from typing import Any, NamedTuple
 
 import torch
+import torch.nn.functional as F
 from torch import fx, nn
 
 from .. import nn as pnn
 from ..spec import Padding
 from . import _runtime as R, _unsigned as U
 
-__all__ = ["FOLD_MODES", "Fold", "fold_affine", "fold_graph", "fold_pads"]
+__all__ = ["FOLD_MODES", "Fold", "fold_affine", "fold_graph", "fold_pads", "fold_silu"]
 
 #: the values of ``load(..., fold=)``
 FOLD_MODES = ("pads", "all", "none")
@@ -41,8 +45,9 @@ class Fold(NamedTuple):
     """One fold at import, or one candidate left in place.
 
     ``kind`` is the ONNX op folded away (``"Pad"``, ``"BatchNormalization"``, ``"Mul"``,
-    ``"Div"``, ``"Add"``, ``"Sub"``), ``node`` its ONNX node name, ``into`` the ONNX node
-    name of the conv or pool that took it, ``done`` whether it was folded and ``detail``
+    ``"Div"``, ``"Add"``, ``"Sub"``, ``"Sigmoid"``), ``node`` its ONNX node name, ``into``
+    the ONNX node name of the conv or pool that took it (for a ``Sigmoid``, of the ``Mul``
+    that runs as one SiLU with it), ``done`` whether it was folded and ``detail``
     what changed, or why it was not folded.
     """
 
@@ -292,6 +297,36 @@ def fold_affine(gm: fx.GraphModule) -> list[Fold]:
     return folds
 
 
+_MULS = (U.mul, torch.mul)
+
+
+def fold_silu(gm: fx.GraphModule) -> list[Fold]:
+    """``x * Sigmoid(x)``, the sigmoid read by nothing else, as one ``F.silu(x)`` (for
+    inference: exact up to float rounding)."""
+    folds: list[Fold] = []
+    for node in list(gm.graph.nodes):
+        if node.op != "call_function" or node.target is not torch.sigmoid:
+            continue
+        if len(node.args) != 1 or node.kwargs or len(node.users) != 1:
+            continue
+        x = node.args[0]
+        mul = next(iter(node.users))
+        if mul.op != "call_function" or mul.target not in _MULS or mul.kwargs:
+            continue
+        if len(mul.args) != 2 or set(mul.args) != {x, node} or x is node:
+            continue
+        with gm.graph.inserting_before(mul):
+            silu = gm.graph.call_function(F.silu, (x,))
+        silu.meta = dict(mul.meta)
+        mul.replace_all_uses_with(silu)
+        gm.graph.erase_node(mul)
+        gm.graph.erase_node(node)
+        folds.append(
+            Fold("Sigmoid", _name(node), _name(mul), True, "x * sigmoid(x) runs as one F.silu")
+        )
+    return folds
+
+
 def fold_graph(gm: fx.GraphModule, mode: str) -> list[Fold]:
     """The folds of ``mode`` (one of :data:`FOLD_MODES`) applied to ``gm`` in place."""
     folds: list[Fold] = []
@@ -299,6 +334,7 @@ def fold_graph(gm: fx.GraphModule, mode: str) -> list[Fold]:
         folds += fold_pads(gm)
     if mode == "all":
         folds += fold_affine(gm)
+        folds += fold_silu(gm)
     if any(f.done for f in folds):
         gm.graph.eliminate_dead_code()
         gm.delete_all_unused_submodules()

@@ -1076,7 +1076,8 @@ def load(
             becomes their per-side pads (the module trains as before); ``"all"``: also
             ``BatchNormalization`` and ``Mul`` / ``Div`` / ``Add`` / ``Sub`` by per-channel
             constants after a conv become the conv's weight and bias (for inference: the
-            batch norm no longer trains); ``"none"``: the graph as the file spells it.
+            batch norm no longer trains), and ``x * Sigmoid(x)`` runs as one SiLU;
+            ``"none"``: the graph as the file spells it.
             The module's ``onnx_folds`` lists each fold and each candidate left in place
             with the reason.
         optimize: None, or ``"inference"``: ``fold="all"``, parameters frozen
