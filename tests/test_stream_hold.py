@@ -148,3 +148,43 @@ def test_export_from_a_held_state_runs_the_held_input_first() -> None:
         y, *_ = step(x[..., 47:67], *[settled[k] for k in step.state_names])
         n0 = sum(o.shape[-1] for o in outs)
         torch.testing.assert_close(y, full[..., n0 : n0 + y.shape[-1]])
+
+
+def test_a_lookahead_step_that_commits_nothing_only_keeps_its_chunk() -> None:
+    """A DAC-shaped encoder (symmetric pads, strides 2 and 4) streamed with lookahead at one
+    sample a step: exact, and the model runs only on the steps that commit an output or
+    move the committed history, not on every chunk."""
+    torch.manual_seed(1)
+
+    class Unit(nn.Module):
+        def __init__(self, c: int, d: int) -> None:
+            super().__init__()
+            self.conv = nn.Conv1d(c, c, 3, dilation=d, padding=d)
+
+        def forward(self, x: Tensor) -> Tensor:
+            return x + self.conv(torch.tanh(x))
+
+    layers: list[nn.Module] = [nn.Conv1d(1, 4, 7, padding=3)]
+    for s in (2, 4):
+        layers += [Unit(4, 1), Unit(4, 3), nn.Conv1d(4, 4, 2 * s, stride=s, padding=s // 2)]
+    model = nn.Sequential(*layers).double().eval()
+    sm = StreamingModule(model, lookahead="auto")
+    x = torch.randn(2, 1, 160, dtype=torch.float64)
+    runs = []
+    handle = model.register_forward_pre_hook(lambda m, a: runs.append(a[0].shape[-1]))
+    with torch.no_grad():
+        full = model(x)
+        state = sm.init_state(example=x[..., :1])
+        outs = []
+        for i, chunk in enumerate(x.split(1, -1)):
+            if i == 1:  # after the first step's self-check
+                del runs[:]
+            y, state = sm.step(chunk, state)
+            outs.append(y)
+        steady = len(runs)
+        outs.append(sm.flush(state))
+    handle.remove()
+    torch.testing.assert_close(torch.cat(outs, -1), full, rtol=1e-10, atol=1e-12)
+    assert all(o.shape[:2] == (2, 4) for o in outs)
+    # one output per 8 samples, and history moves once per 8: far fewer runs than steps
+    assert steady < (x.shape[-1] - 1) // 3, steady

@@ -954,6 +954,21 @@ class StreamingModule(nn.Module):
         self._held_outs[key] = out
         return out
 
+    def _quiet_key(self, chunk: Tensor, dim: int) -> tuple[Any, ...]:
+        """The key of a lookahead step's empty output: the chunk's shape but its time
+        length, dtype, device, the model's mode and the grad mode."""
+        shape = list(chunk.shape)
+        shape[dim] = 0
+        training = self._modules["model"].training  # type: ignore[union-attr]
+        return (
+            "lookahead",
+            tuple(shape),
+            chunk.dtype,
+            chunk.device,
+            training,
+            torch.is_grad_enabled(),
+        )
+
     def _settled(self, state: StreamState) -> StreamState:
         """``state`` with its held input run through the model (which completes no output
         from it: it was held because it would not)."""
@@ -1164,6 +1179,24 @@ class StreamingModule(nn.Module):
                 f"{n_prev - start}; pass the state returned by the previous step"
             )
         nxt = start if final else clocks.start(n)
+        quiet = (
+            not final
+            and not lazy
+            and not self._probing  # (the self-check's probe compares every step's modules)
+            and nxt == start
+            and n_prev > 0
+            and clocks.committed(clocks.out, n) == clocks.committed(clocks.out, n_prev)
+        )
+        if quiet:
+            # the chunk commits no output and moves no history: the run would leave every
+            # layer's state as it is, so the step only keeps the chunk (see ``_hold.py``)
+            key = self._quiet_key(chunk, dim)
+            empty = self._held_outs.get(key)
+            if empty is not None:
+                kept = dict(state)
+                kept[_INPUT_KEY] = x
+                kept[_POS_KEY] = torch.tensor(n, dtype=torch.int64, device=chunk.device)
+                return empty, kept
         ctx = _Context(
             state_in=state, lazy=lazy, lookahead=(start, nxt, n), chunk=_described(chunk)
         )
@@ -1188,6 +1221,10 @@ class StreamingModule(nn.Module):
                 "code the stream does not see"
             )
         out = out.narrow(odim, first, max(0, last - first))
+        if quiet and out.shape[odim] == 0:
+            if len(self._held_outs) >= 64:
+                self._held_outs.clear()
+            self._held_outs[self._quiet_key(chunk, dim)] = out.clone()
         new_state = dict(ctx.created)
         new_state.update(state)
         new_state.update(ctx.state_out)
