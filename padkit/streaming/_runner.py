@@ -201,7 +201,8 @@ class StreamingModule(nn.Module):
     ``dilation*(kernel-1)`` samples of the layer's padded input stream, shape
     ``(N, C, ...)``, the time axis ``dilation*(kernel-1)`` long) and
     ``"<layer name>.pos"`` (an int64 count of samples seen per batch row, shape ``(N,)``;
-    :meth:`reset_rows` restarts single streams): save it with ``torch.save``,
+    :meth:`reset_rows` restarts single streams; while a chunk that completes no output is
+    held instead of run, ``"<stream>.held"`` holds its samples): save it with ``torch.save``,
     move it with ``{k: v.to(device) for k, v in state.items()}``, start over with
     :meth:`init_state`. :meth:`step` never modifies the state it is given.
 
