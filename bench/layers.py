@@ -9,7 +9,8 @@ For every layer the same weights run through
   ``create_pool2d(..., padding='same')``), which pad dynamically with ``F.pad`` unless
   the pad is static and symmetric;
 * ``torch 'same'`` (``padding='same'``, stride 1 only) and, for the causal TCN conv,
-  ``F.pad + conv1d``, the usual way to write it.
+  ``F.pad + conv1d``, the usual way to write it, and pytorch-tcn's ``TemporalConv1d``
+  (``causal=True``) where pytorch-tcn is installed.
 
 Cells are medians of paired per-round ratios against ``native`` with their
 ``[min-max]`` (see ``bench/common.py``). Run ``python bench/layers.py --help``.
@@ -107,7 +108,18 @@ def build(case: LayerCase, n: int, channels_last: bool) -> tuple[Tensor, dict[st
         def fpad(t: Tensor) -> Tensor:
             return F.conv1d(F.pad(t, (lo, 0)), native.weight, native.bias, 1, 0, d)
 
-        return x, {"native": native, "padkit": padkit, "F.pad + conv1d": fpad}, "F.pad + conv1d"
+        mods: dict[str, Module] = {"native": native, "padkit": padkit, "F.pad + conv1d": fpad}
+        try:  # pytorch-tcn's causal conv, where it is installed (the test extra has it)
+            from pytorch_tcn import TemporalConv1d
+
+            tcn = TemporalConv1d(c, c, k, dilation=d, causal=True)
+            with torch.no_grad():  # its state_dict also holds its streaming buffer
+                tcn.weight.copy_(native.weight)
+                tcn.bias.copy_(native.bias)
+            mods["pytorch-tcn"] = tcn
+        except ImportError:
+            pass
+        return x, mods, "F.pad + conv1d"
 
     x = torch.randn(n, c, sz, sz, generator=gen)
     if channels_last:
@@ -184,6 +196,8 @@ def run_cell(
     x, variants, ref = build(case, n, channels_last)
     with torch.inference_mode():
         diff = max_abs_diff(variants["padkit"](x), variants[ref](x))
+        if "pytorch-tcn" in variants:  # the same causal conv: it must agree too
+            diff = max(diff, max_abs_diff(variants["pytorch-tcn"](x), variants[ref](x)))
     fns = {name: (lambda m=m: m(x)) for name, m in variants.items()}
     res, other, attempts = measure_case(fns, "native", rounds=rounds, block_s=block_s)
     return Row(
@@ -207,6 +221,7 @@ COLUMNS = (
     "timm create_pool2d",
     "torch 'same'",
     "F.pad + conv1d",
+    "pytorch-tcn",
 )
 
 

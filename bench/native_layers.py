@@ -9,7 +9,8 @@ Every cell times, in one process and interleaved (``bench/common.py``):
   call (torch plan against oneDNN) and the faster side kept (``--deterministic``: the
   static rules instead);
 * ``timm``: timm's ``Conv2dSame`` / ``create_pool2d(padding='same')`` (or, for the causal
-  TCN conv, ``F.pad`` + ``conv1d``).
+  TCN conv, ``F.pad`` + ``conv1d``);
+* ``pytorch-tcn``: for the TCN conv, pytorch-tcn's ``TemporalConv1d(causal=True)``.
 
 ``--mode fwd`` times inference forwards, ``--mode train`` a forward plus the backward
 for the input and every parameter (``torch.autograd.grad`` with a fixed output gradient).
@@ -41,7 +42,7 @@ from padkit.native import _dispatch
 
 Fn = Callable[[Tensor], Tensor]
 
-VARIANTS = ("padkit torch", "padkit oneDNN", "padkit auto", "timm")
+VARIANTS = ("padkit torch", "padkit oneDNN", "padkit auto", "timm", "pytorch-tcn")
 
 
 def _with_backend(m: Fn, force: bool) -> Fn:
@@ -73,6 +74,8 @@ def variants(case: LayerCase, n: int, cl: bool) -> tuple[Tensor, dict[str, Fn], 
         "padkit auto": _with_backend(copy.deepcopy(padkit), False),
         "timm": mods[timm_name],
     }
+    if "pytorch-tcn" in mods:  # the causal TCN conv: pytorch-tcn's own layer too
+        out["pytorch-tcn"] = mods["pytorch-tcn"]
     shared = _params(mods["native"]) or _params(padkit)
     return x, out, shared
 
@@ -90,7 +93,8 @@ def run_cell(
                     fns[v](x)
     with torch.no_grad():
         ref = fns["padkit torch"](x)
-        diff = max(max_abs_diff(fns[v](x), ref) for v in ("padkit oneDNN", "padkit auto"))
+        checked = [v for v in ("padkit oneDNN", "padkit auto", "pytorch-tcn") if v in fns]
+        diff = max(max_abs_diff(fns[v](x), ref) for v in checked)
     if mode == "train":
         x = x.detach().requires_grad_()
         calls = {}
@@ -115,7 +119,7 @@ def run_cell(
         layout,
         plan_of(case, padkit_mod, x),
         f"{res['native'].ms:.3f}",
-        *(fmt_ratio(res[v]) for v in VARIANTS),
+        *(fmt_ratio(res.get(v)) for v in VARIANTS),
         f"{other:.2f}",
         f"{diff:.0e}",
     ]
