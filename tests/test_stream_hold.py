@@ -188,3 +188,22 @@ def test_a_lookahead_step_that_commits_nothing_only_keeps_its_chunk() -> None:
     assert all(o.shape[:2] == (2, 4) for o in outs)
     # one output per 8 samples, and history moves once per 8: far fewer runs than steps
     assert steady < (x.shape[-1] - 1) // 3, steady
+
+
+def test_init_state_with_a_short_example_measures_when_outputs_are_due() -> None:
+    """Up front: the first short chunks of the stream then run no measurement."""
+    model = plain()
+    sm = StreamingModule(model)
+    x = torch.randn(1, 2, 80)
+    runs: list[int] = []
+    with torch.no_grad():
+        state = sm.init_state(example=x[..., :1])
+        _, state = sm.step(x[..., :40], state)  # the first step checks the stream
+        handle = model.register_forward_pre_hook(lambda m, a: runs.append(a[0].shape[-1]))
+        for chunk in x[..., 40:59].split(1, -1):
+            _, state = sm.step(chunk, state)
+        handle.remove()
+    assert HELD in state
+    # the run that completes the one output due in these samples, and the one that finds
+    # what a step completing nothing returns; measuring here would take about twenty
+    assert len(runs) <= 2, runs

@@ -562,6 +562,10 @@ class StreamingModule(nn.Module):
                     self._startup_samples(probe)
                     if self._lookahead_mode:
                         self._clocks_for(probe)
+                    elif 0 < example.shape[dim] < self._hop_and_minimum()[0]:
+                        # chunks this short are held until they complete an output: measure
+                        # when outputs are due now rather than on the first such step
+                        self._hold_schedule(probe, dim)
                     return ctx.created
             assert first is not None
             raise PaddingError(
