@@ -14,6 +14,10 @@ Cases (random weights, small configs, nothing downloaded):
   hop 32; LeakyReLU between). Peer: the ``CachedConv1d`` model in its cached streaming mode.
   padkit streams the equivalent non-cached model (``cached_conv``'s ``Conv1d``, padding in
   its ``forward``) with the same weights, converted by ``convert_causal``.
+* **snac encoder (lookahead)** (``snac.layers.Encoder``, ``d_model`` = ``--filters``,
+  strides 2, 4, 8, no attention): non-causal, streamed with ``lookahead="auto"``; its
+  last outputs come from ``flush()`` (untimed) and the stream is compared with the full run
+  on the same samples. No peer.
 * **encodec SEANet encoder** (Meta's ``encodec.modules.seanet.SEANetEncoder``, causal,
   ``pad_mode="constant"``, its two-layer LSTM, old-style weight norm; same widths and ratios
   as the moshi case). No peer: the package has no streaming of its own.
@@ -53,6 +57,7 @@ import gc
 import importlib
 import importlib.util
 import io
+import math
 import os
 import pstats
 import statistics
@@ -186,6 +191,7 @@ class Case:
     unit: str = "sample"
     convert_s: float = 0.0
     scale: int = 1  # streams ``scale`` times as many hops as ``--hops``/``--short`` say
+    lookahead: bool = False  # a lookahead stream: its last outputs come from flush()
 
 
 def _moshi_kwargs(filters: int, dimension: int) -> dict[str, Any]:
@@ -347,6 +353,32 @@ def encodec_case(filters: int, dimension: int) -> Case:
     )
 
 
+def snac_case(filters: int) -> Case:
+    """SNAC's convolutional encoder (no attention), non-causal: streamed with lookahead."""
+    layers = load("snac", "snac.layers")
+    torch.manual_seed(3)
+    strides = [2, 4, 8]
+    enc = layers.Encoder(d_model=filters, strides=strides, attn_window_size=None).eval()
+    hop = math.prod(strides)
+    t0 = time.perf_counter()
+    stream = StreamingModule(model_copy(enc), lookahead="auto")
+    return Case(
+        "snac encoder (lookahead)",
+        f"snac {_version('snac')} Encoder (d_model={filters}, strides {strides}, no attention, "
+        f"hop {hop}), streamed with lookahead='auto'",
+        enc,
+        stream,
+        None,
+        "",
+        1,
+        hop,
+        [hop, 7, 1],
+        convert_s=time.perf_counter() - t0,
+        scale=32,  # short chunks must stream many times the delay (about 900 samples)
+        lookahead=True,
+    )
+
+
 # ----------------------------------------------------------------------------- timing
 
 
@@ -405,6 +437,8 @@ def stream_round(
                 res[name].outs.append(y)
     if peer is not None:
         peer.stop()
+    if case.lookahead and keep:  # the held-back outputs, for the comparison (untimed)
+        res["padkit"].outs.append(sm.flush(state))
     for name in fns:
         res[name].totals.append(tot[name])
         res[name].steps = steps
@@ -449,6 +483,11 @@ def run_case(case: Case, rounds: int, hops: int, short: int) -> tuple[list[list[
     # output length of the model's full run on each input (complete outputs only)
     per_in = full.shape[-1] / x.shape[-1]
     n_out = {c: round(inputs[c].shape[-1] * per_in) for c in case.chunks}
+    refs = {c: full for c in case.chunks}
+    if case.lookahead:  # a flushed stream ends as the full run on its own input does
+        with torch.no_grad():
+            refs = {c: case.model(inputs[c]) for c in case.chunks}
+        n_out = {c: int(refs[c].shape[-1]) for c in case.chunks}
     results = {c: {"padkit": Result(), "peer": Result()} for c in case.chunks}
     solo = {c: {"padkit": Result(), "peer": Result()} for c in case.chunks}
     with torch.no_grad():
@@ -495,7 +534,7 @@ def run_case(case: Case, rounds: int, hops: int, short: int) -> tuple[list[list[
                 p.steps,
                 f"{1e3 * _med(p.totals) / p.steps:.3f}",
                 f"{1e6 * _med(cost):.2f}",
-                correctness(p, full, n_out[c]),
+                correctness(p, refs[c], n_out[c]),
                 f"{1e3 * _med(q.totals) / q.steps:.3f}" if q.totals else "",
                 correctness(q, full, n_out[c]) if case.peer is not None else "(no peer)",
                 _spread(ratio),
@@ -609,6 +648,7 @@ def main() -> None:
         lambda: moshi_cases(args.filters, args.dimension),
         lambda: [cached_conv_case(args.cc_width)],
         lambda: [] if args.no_encodec else [encodec_case(args.filters, args.dimension)],
+        lambda: [snac_case(args.filters)],
     ):
         try:
             cases += make()
