@@ -13,6 +13,7 @@ import random
 
 import pytest
 import torch
+from hypothesis import given, settings, strategies as st
 from torch import Tensor, nn
 
 import padkit.nn as pn
@@ -207,3 +208,53 @@ def test_init_state_with_a_short_example_measures_when_outputs_are_due() -> None
     # the run that completes the one output due in these samples, and the one that finds
     # what a step completing nothing returns; measuring here would take about twenty
     assert len(runs) <= 2, runs
+
+
+@settings(max_examples=15, deadline=None)
+@given(
+    convs=st.lists(
+        st.tuples(
+            st.integers(1, 6),  # kernel
+            st.integers(2, 4),  # stride (a stride-1 stack holds nothing)
+            st.integers(1, 2),  # dilation
+            st.sampled_from(["causal", "causal_block"]),
+        ),
+        min_size=1,
+        max_size=3,
+    ),
+    up=st.sampled_from([0, 2, 3]),
+    seed=st.integers(0, 1000),
+)
+def test_any_causal_strided_stack_streams_exactly_with_its_outputs_when_due(
+    convs: list[tuple[int, int, int, str]], up: int, seed: int
+) -> None:
+    """Random causal stacks (strides 2-4, a transposed-conv upsampler or none) at random
+    chunk sizes: each step's cumulative output count and values equal the references."""
+    torch.manual_seed(seed)
+    layers: list[nn.Module] = []
+    c = 2
+    for k, s, d, mode in convs:
+        if mode == "causal_block" and (s > k or d > 1):
+            mode = "causal"  # a block pad needs the stride within the kernel, undilated
+        layers += [pn.Conv1d(c, 3, k, stride=s, dilation=d, padding=mode), nn.Tanh()]
+        c = 3
+    if up:
+        layers.append(pn.ConvTranspose1d(c, 2, 2 * up, stride=up, padding="causal"))
+    model = nn.Sequential(*layers).double().eval()
+    sm = StreamingModule(model)
+    x = torch.randn(2, 2, 150, dtype=torch.float64)
+    rng = random.Random(seed)
+    sizes: list[int] = []
+    while sum(sizes) < x.shape[-1]:
+        sizes.append(min(rng.choice([1, 1, 1, 2, 3, 5, 8]), x.shape[-1] - sum(sizes)))
+    with torch.no_grad():
+        full = model(x)
+        state = sm.init_state(example=x[..., :1])
+        outs, n = [], 0
+        for chunk in x.split(sizes, -1):
+            y, state = sm.step(chunk, state)
+            outs.append(y)
+            n += chunk.shape[-1]
+            assert sum(o.shape[-1] for o in outs) == due(model, x, n, full), (sizes, n)
+    got = torch.cat(outs, -1)
+    torch.testing.assert_close(got, full[..., : got.shape[-1]], rtol=1e-9, atol=1e-10)
