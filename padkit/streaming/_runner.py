@@ -380,6 +380,7 @@ class StreamingModule(nn.Module):
         state.setdefault("_holds", {})
         state.setdefault("_held_outs", {})
         state["_hold_memo"] = None
+        state.pop("_hold_hop", None)  # an int, once kept under the method's name
         if "_clocks" not in state:  # pickles made before strided lookahead
             delay = state.pop("_delay", 0)
             state["_lookahead"] = delay
@@ -562,7 +563,7 @@ class StreamingModule(nn.Module):
                     self._startup_samples(probe)
                     if self._lookahead_mode:
                         self._clocks_for(probe)
-                    elif 0 < example.shape[dim] < self._hop_and_minimum()[0]:
+                    elif 0 < example.shape[dim] < self._hold_hop():
                         # chunks this short are held until they complete an output: measure
                         # when outputs are due now rather than on the first such step
                         self._hold_schedule(probe, dim)
@@ -877,10 +878,7 @@ class StreamingModule(nn.Module):
         if self._lookahead_mode or self._probing or self._has_reflect():
             return None  # (the self-check's probe streams compare every step's modules)
         dim = self.axis if self.axis >= 0 else x.dim() + self.axis
-        hop = self.__dict__.get("_hold_hop")
-        if hop is None:
-            hop = self.__dict__["_hold_hop"] = self._hop_and_minimum()[0]
-        if x.shape[dim] >= hop:  # a whole period completes an output (or hop is 1)
+        if x.shape[dim] >= self._hold_hop():  # a whole period completes an output (or hop 1)
             return None
         schedule = self._hold_schedule(x, dim)
         if schedule is None:
@@ -901,6 +899,13 @@ class StreamingModule(nn.Module):
         new[_HELD_KEY] = x.clone() if x is chunk else x
         self.__dict__["_hold_memo"] = (new[_HELD_KEY], dim, gap - x.shape[dim], out)
         return out, new
+
+    def _hold_hop(self) -> int:
+        """The model's total stride (``_hop_and_minimum``), once per stream."""
+        hop = self.__dict__.get("_hold_hop_value")
+        if hop is None:
+            hop = self.__dict__["_hold_hop_value"] = self._hop_and_minimum()[0]
+        return int(hop)
 
     def _hold_schedule(self, x: Tensor, dim: int) -> HoldSchedule | None:
         key = (tuple(x.shape[1:dim]), tuple(x.shape[dim + 1 :]))
@@ -941,10 +946,7 @@ class StreamingModule(nn.Module):
     def _held_output(self, x: Tensor, state: StreamState, dim: int) -> Any:
         """What a step that completes no output returns (the model's run on an empty chunk,
         once per shape), or None where the model does not run on one."""
-        shape = list(x.shape)
-        shape[dim] = 0
-        training = self._modules["model"].training  # type: ignore[union-attr]
-        key = (tuple(shape), x.dtype, x.device, training, torch.is_grad_enabled())
+        key = self._empty_key(x, dim)
         if key in self._held_outs:
             return self._held_outs[key]
         ctx = _Context(state_in=state, lazy=True, chunk=_described(x))
@@ -954,25 +956,25 @@ class StreamingModule(nn.Module):
             out = None
         if out is not None and not isinstance(out, Tensor):
             out = None  # a structure of outputs: the model runs every step
-        if len(self._held_outs) >= 64:
-            self._held_outs.clear()
-        self._held_outs[key] = out
+        self._keep_empty(key, out)
         return out
 
-    def _quiet_key(self, chunk: Tensor, dim: int) -> tuple[Any, ...]:
-        """The key of a lookahead step's empty output: the chunk's shape but its time
-        length, dtype, device, the model's mode and the grad mode."""
+    def _empty_key(self, chunk: Tensor, dim: int) -> tuple[Any, ...]:
+        """The key of a step's empty output (held, or a lookahead step that commits
+        nothing): the mode, the chunk's shape but its time length, dtype, device, the
+        model's mode and the grad mode."""
         shape = list(chunk.shape)
         shape[dim] = 0
         training = self._modules["model"].training  # type: ignore[union-attr]
-        return (
-            "lookahead",
-            tuple(shape),
-            chunk.dtype,
-            chunk.device,
-            training,
-            torch.is_grad_enabled(),
-        )
+        mode = self._lookahead_mode
+        return (mode, tuple(shape), chunk.dtype, chunk.device, training, torch.is_grad_enabled())
+
+    def _keep_empty(self, key: tuple[Any, ...], out: Any) -> None:
+        """Store a step's empty output (or None: the model does not run on one), keeping
+        at most 64."""
+        if len(self._held_outs) >= 64:
+            self._held_outs.clear()
+        self._held_outs[key] = out
 
     def _settled(self, state: StreamState) -> StreamState:
         """``state`` with its held input run through the model (which completes no output
@@ -1195,8 +1197,7 @@ class StreamingModule(nn.Module):
         if quiet:
             # the chunk commits no output and moves no history: the run would leave every
             # layer's state as it is, so the step only keeps the chunk (see ``_hold.py``)
-            key = self._quiet_key(chunk, dim)
-            empty = self._held_outs.get(key)
+            empty = self._held_outs.get(self._empty_key(chunk, dim))
             if empty is not None:
                 kept = dict(state)
                 kept[_INPUT_KEY] = x
@@ -1227,9 +1228,7 @@ class StreamingModule(nn.Module):
             )
         out = out.narrow(odim, first, max(0, last - first))
         if quiet and out.shape[odim] == 0:
-            if len(self._held_outs) >= 64:
-                self._held_outs.clear()
-            self._held_outs[self._quiet_key(chunk, dim)] = out.clone()
+            self._keep_empty(self._empty_key(chunk, dim), out.clone())
         new_state = dict(ctx.created)
         new_state.update(state)
         new_state.update(ctx.state_out)

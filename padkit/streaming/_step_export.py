@@ -94,8 +94,10 @@ def export_onnx(
                 "or a left pad other than k_eff - 1, so their phase depends on the chunk "
                 "length; export a fixed length (a multiple of the total stride)"
             )
+    if state is not None:
+        state = stream._settled(state)  # held input runs once here (step_module then has none)
     step = stream.step_module(example, state)
-    start = stream._settled(state) if state is not None else stream.init_state(example=example)
+    start = state if state is not None else stream.init_state(example=example)
     # distinct tensors: layers may share one count tensor, which export would alias
     values = [start[k].clone() for k in step.state_names]
     args = (torch.zeros_like(example), *values)
