@@ -230,3 +230,26 @@ def test_code_that_resamples_time_is_refused_not_streamed_wrong() -> None:
     sm = StreamingModule(Shifted().double(), lookahead="auto")
     with pytest.raises(PaddingError, match="Shifted '<model>'"):
         sm.verify(x, [1] * 24)
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        torch.randn(2, 1, 3, dtype=torch.float64),  # another dtype: cat would promote it
+        torch.randn(2, 2, 3),  # another channel count: cat would raise from torch
+        torch.randn(1, 1, 3),  # another batch size
+    ],
+    ids=["dtype", "channels", "batch"],
+)
+def test_a_chunk_that_does_not_continue_the_uncommitted_input_is_refused(bad: Tensor) -> None:
+    sm = StreamingModule(encoder(), lookahead="auto")
+    x = torch.randn(2, 1, 5)
+    with torch.no_grad():
+        y, state = sm.step(x, sm.init_state(example=x))
+        assert y.shape[-1] == 0  # the 5 samples wait for their lookahead
+        with pytest.raises(
+            PaddingError, match=r"'<stream>.input' holds input of shape \(2, 1, 5\)"
+        ):
+            sm.step(bad, state)
+        # the stream goes on with chunks that continue it
+        y, _ = sm.step(torch.randn(2, 1, 3), state)

@@ -1337,3 +1337,16 @@ def test_transposed_conv_overlap_add_grouped_dilated(
     for sizes in ([1] * 17, [3, 0, 5, 9], [17]):
         assert_streams(up.double().eval(), x, sizes, rtol=1e-10, atol=1e-12)
     assert used
+
+
+def test_a_chunk_that_does_not_continue_the_startup_input_is_refused() -> None:
+    """Before the reflect start-up completes the state holds the input; a chunk of another
+    dtype is refused naming both (a ``cat`` would promote it and run the float32 model on
+    float64 samples), as is one of another channel count."""
+    sm = StreamingModule(reflect_model())
+    with torch.no_grad():
+        _, state = sm.step(torch.randn(1, 1, 3), sm.init_state())
+        assert "<stream>.startup" in state
+        for bad in (torch.randn(1, 1, 2, dtype=torch.float64), torch.randn(1, 2, 2)):
+            with pytest.raises(PaddingError, match=r"'<stream>.startup' holds input of shape"):
+                sm.step(bad, state)

@@ -821,14 +821,7 @@ class StreamingModule(nn.Module):
         if pending is not None or (self._has_reflect() and self._at_start(state)):
             dim = self.axis if self.axis >= 0 else chunk.dim() + self.axis
             if pending is not None:
-                if pending.shape[:dim] != chunk.shape[:dim] or (
-                    pending.shape[dim + 1 :] != chunk.shape[dim + 1 :]
-                ):
-                    raise PaddingError(
-                        f"step(): state {_STARTUP_KEY!r} holds input of shape "
-                        f"{tuple(pending.shape)}, which the chunk of shape {tuple(chunk.shape)} "
-                        "does not continue; pass the state returned by the previous step"
-                    )
+                _check_continues(_STARTUP_KEY, pending, chunk, dim, "until the stream starts")
                 x = torch.cat([pending, chunk], dim)
             if not final and x.shape[dim] < self._startup_samples(chunk):
                 ctx = _Context(state_in=state, lazy=lazy, chunk=_described(chunk))
@@ -840,14 +833,7 @@ class StreamingModule(nn.Module):
         waiting = state.get(_HELD_KEY)
         if waiting is not None:
             dim = self.axis if self.axis >= 0 else chunk.dim() + self.axis
-            if not _continues(waiting, chunk, dim):
-                raise PaddingError(
-                    f"step(): state {_HELD_KEY!r} holds input of shape {tuple(waiting.shape)} "
-                    f"({waiting.dtype}, {waiting.device}) until it completes an output; the chunk "
-                    f"of shape {tuple(chunk.shape)} ({chunk.dtype}, {chunk.device}) does not "
-                    "continue it. Pass the state returned by the previous step, or chunks of "
-                    "the stream's shape, dtype and device"
-                )
+            _check_continues(_HELD_KEY, waiting, chunk, dim, "until it completes an output")
             x = torch.cat([waiting, chunk], dim) if chunk.shape[dim] else waiting
             state = {k: v for k, v in state.items() if k != _HELD_KEY}
         if not final and not lazy:
@@ -1174,6 +1160,8 @@ class StreamingModule(nn.Module):
         dim = self.axis if self.axis >= 0 else chunk.dim() + self.axis
         clocks = self._clocks_for(chunk)
         held = state.get(_INPUT_KEY)
+        if held is not None:
+            _check_continues(_INPUT_KEY, held, chunk, dim, "that no output has committed yet")
         pos_t = state.get(_POS_KEY)
         n_prev = int(pos_t) if pos_t is not None else 0
         x = chunk if held is None or held.shape[dim] == 0 else torch.cat([held, chunk], dim)
@@ -2010,6 +1998,18 @@ def _advanced(ctx: _Context, pos: Tensor, length: int) -> Tensor:
         new = ctx.advanced[key] = pos.add(length)  # the method: __add__ is a Python wrapper
         ctx.advanced[(id(new), -1)] = pos  # keeps ``pos`` alive, so its id stays unique
     return new
+
+
+def _check_continues(key: str, held: Tensor, chunk: Tensor, dim: int, until: str) -> None:
+    """Refuse a chunk that does not continue the input the state ``key`` holds (a ``cat``
+    would raise from torch, or promote the dtype and run the model on another one)."""
+    if not _continues(held, chunk, dim):
+        raise PaddingError(
+            f"step(): state {key!r} holds input of shape {tuple(held.shape)} ({held.dtype}, "
+            f"{held.device}) {until}; the chunk of shape {tuple(chunk.shape)} ({chunk.dtype}, "
+            f"{chunk.device}) does not continue it. Pass the state returned by the previous "
+            "step, or chunks of the stream's shape (but time), dtype and device"
+        )
 
 
 def _continues(held: Tensor, chunk: Tensor, dim: int) -> bool:
