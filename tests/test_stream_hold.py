@@ -258,3 +258,101 @@ def test_any_causal_strided_stack_streams_exactly_with_its_outputs_when_due(
             assert sum(o.shape[-1] for o in outs) == due(model, x, n, full), (sizes, n)
     got = torch.cat(outs, -1)
     torch.testing.assert_close(got, full[..., : got.shape[-1]], rtol=1e-9, atol=1e-10)
+
+
+def test_branches_from_one_held_state_and_a_reused_chunk_buffer_stream_exactly() -> None:
+    """The step from the latest held state writes its chunk into the held buffer in place.
+    A second branch from an earlier state must not see the first branch's samples, the
+    first must go on after the second ran, and a caller who writes every chunk into one
+    tensor must get what fresh chunks give."""
+    model = plain()
+    sm = StreamingModule(model)
+    x, y = torch.randn(2, 2, 140), torch.randn(2, 2, 140)
+    y[..., :41] = x[..., :41]  # the branches share their first 41 samples
+    with torch.no_grad():
+        full_x, full_y = model(x), model(y)
+        state = sm.init_state(example=x[..., :1])
+        outs = []
+        for i in range(41):
+            out, state = sm.step(x[..., i : i + 1], state)
+            outs.append(out)
+        assert HELD in state  # (41 samples: 1 past an output, held)
+        branches = {name: {"state": state, "outs": list(outs), "n": 41} for name in "xy"}
+        srcs = {"x": x, "y": y}
+
+        def advance(name: str, samples: int) -> None:
+            br = branches[name]
+            for _ in range(samples):
+                n = br["n"]
+                out, br["state"] = sm.step(srcs[name][..., n : n + 1], br["state"])
+                br["outs"].append(out)
+                br["n"] = n + 1
+
+        for _ in range(30):  # one sample of each in turn
+            advance("x", 1)
+            advance("y", 1)
+        advance("x", 20)  # x alone: in place, past what y's state holds
+        advance("y", 20)
+        advance("x", 140 - branches["x"]["n"])
+        advance("y", 140 - branches["y"]["n"])
+        for name, full in (("x", full_x), ("y", full_y)):
+            got = torch.cat(branches[name]["outs"], -1)
+            torch.testing.assert_close(got, full, rtol=1e-5, atol=1e-6)
+        # one chunk tensor, rewritten before every step
+        buf = torch.empty(2, 2, 1)
+        state, outs = sm.init_state(example=buf), []
+        for i in range(140):
+            buf.copy_(x[..., i : i + 1])
+            out, state = sm.step(buf, state)
+            outs.append(out)
+        torch.testing.assert_close(torch.cat(outs, -1), full_x, rtol=1e-5, atol=1e-6)
+
+
+def test_a_held_state_with_a_count_that_does_not_fit_is_refused() -> None:
+    sm = StreamingModule(plain())
+    x = torch.randn(1, 2, 30)
+    with torch.no_grad():
+        state = sm.init_state(example=x[..., :1])
+        for chunk in x.split(1, -1):
+            _, state = sm.step(chunk, state)
+        assert HELD in state
+        for bad in (torch.tensor(10_000), torch.tensor(-1), torch.tensor([1, 2])):
+            with pytest.raises(PaddingError, match="held_count"):
+                sm.step(x[..., :1], {**state, "<stream>.held_count": bad})
+
+
+@pytest.mark.parametrize(
+    "dtype", [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int64]
+)
+@pytest.mark.parametrize("shape,dim", [((1, 1, 9), 2), ((2, 3, 9), 2), ((1, 9, 1), 1)])
+def test_the_held_buffer_holds_what_a_cat_of_its_chunks_holds(
+    dtype: torch.dtype, shape: tuple[int, ...], dim: int
+) -> None:
+    """``HeldBuffer.write`` (numpy where the dtype has one, torch otherwise) against
+    ``torch.cat``; chunks it cannot take are left to the full path (None)."""
+    from padkit.streaming._hold import HeldBuffer
+
+    src = (torch.randn(*shape) * 100).to(dtype)
+    first = src.narrow(dim, 0, 2)
+    buf = torch.zeros(shape, dtype=dtype)
+    buf.narrow(dim, 0, 2).copy_(first)
+    memo = HeldBuffer(buf, 2, dim, None)
+    pos = 2
+    for k in (1, 3, 1, 1):
+        chunk = src.narrow(dim, pos, k)
+        assert memo.write(chunk) is not None
+        pos += k
+        assert memo.count == pos and int(memo.count_t) == pos
+        assert torch.equal(buf.narrow(dim, 0, pos), src.narrow(dim, 0, pos))
+    other = torch.float64 if dtype != torch.float64 else torch.float32
+    wide = list(shape)
+    wide[0] += 1
+    for bad in (
+        src.narrow(dim, 0, 2),  # past the room left (9 - 8)
+        src.narrow(dim, 0, 1).to(other),
+        torch.zeros(wide, dtype=dtype).narrow(dim, 0, 1),
+    ):
+        assert memo.write(bad) is None
+    if dtype.is_floating_point:
+        assert memo.write(src.narrow(dim, 0, 1).clone().requires_grad_()) is None
+    assert memo.count == 8  # nothing written by a refused chunk

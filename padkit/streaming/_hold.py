@@ -17,6 +17,14 @@ on two more periods. The schedule keeps the input samples until ``L`` next grows
 itself is read from the state, the sample count of a layer whose input is the model's input
 (``pilot``). A model whose lengths are not periodic in the measured periods,
 or that emits at least one output every four samples, gets no schedule and is never held.
+
+The held samples live in a buffer with room for every sample until the next output
+(``"<stream>.held"``), of which the first ``"<stream>.held_count"`` are held. The step from
+the state that holds them writes its chunk after them in place (:class:`HeldBuffer`: a
+copy of the chunk and a new count, no tensor op on 1-sample chunks), so a held step costs
+about as much as a Python call. Older states sharing the buffer read only their own first
+samples, which no later write touches; a step from one of them (a replay, a loaded or
+moved state) copies its held samples into a buffer of its own.
 """
 
 from __future__ import annotations
@@ -24,8 +32,12 @@ from __future__ import annotations
 from bisect import bisect_right
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
-__all__ = ["HoldSchedule", "measure_schedule"]
+import torch
+from torch import Tensor
+
+__all__ = ["HeldBuffer", "HoldSchedule", "held_count", "measure_schedule"]
 
 # steps allowed for one measurement (a jump takes about log2(hop) of them)
 _MAX_RUNS = 256
@@ -123,3 +135,85 @@ def measure_schedule(
     residues = sorted({j % hop for j in jumps if j > n0})
     gaps = tuple(min((r - n - 1) % hop + 1 for r in residues) for n in range(hop))
     return HoldSchedule(n0, hop, tuple(jumps), gaps, pilot)
+
+
+# the count entries of held states, shared (a state's tensors are never written in place)
+_COUNTS: dict[int, Tensor] = {}
+
+
+def held_count(n: int) -> Tensor:
+    """The ``"<stream>.held_count"`` entry for ``n`` held samples (an int64 scalar)."""
+    t = _COUNTS.get(n)
+    if t is None:
+        if len(_COUNTS) >= 1 << 16:
+            _COUNTS.clear()
+        t = _COUNTS[n] = torch.tensor(n)
+    return t
+
+
+# dtypes a CPU buffer is written through numpy in
+_NUMPY = {torch.float32, torch.float64, torch.float16, torch.int16, torch.int32, torch.int64}
+
+
+class HeldBuffer:
+    """The buffer of the latest held state: ``buf`` holds ``count`` samples on the time
+    axis ``dim`` (the state's count entry is ``count_t``) and has room for ``cap``;
+    :meth:`write` appends a chunk in place and returns the next count entry, or None
+    where the chunk must take the full path (it does not fit, does not continue the held
+    input, needs autograd, or cannot be copied here)."""
+
+    __slots__ = ("arr", "buf", "cap", "count", "count_t", "cpu", "dim", "flat", "one", "out")
+
+    def __init__(self, buf: Tensor, count: int, dim: int, out: Any) -> None:
+        self.buf = buf
+        self.count = count
+        self.count_t = held_count(count)
+        self.cap = int(buf.shape[dim])
+        self.dim = dim
+        self.out = out
+        one = list(buf.shape)
+        one[dim] = 1
+        self.one = torch.Size(one)  # a 1-sample chunk's shape
+        self.cpu = buf.device.type == "cpu"
+        self.arr = buf.numpy() if self.cpu and buf.dtype in _NUMPY else None
+        # one element per sample (every other axis of size 1): a sample's flat index
+        arr = self.arr
+        self.flat = arr.reshape(-1) if arr is not None and buf.numel() == self.cap else None
+
+    def write(self, chunk: Tensor) -> Tensor | None:
+        if chunk.dtype is not self.buf.dtype or chunk.requires_grad:
+            return None
+        n = self.count
+        shape = chunk.shape
+        if shape == self.one:  # (a 1-sample chunk of the held input's shape: the common case)
+            k = 1
+            if self.flat is not None and n < self.cap and chunk.is_cpu:
+                self.flat[n] = chunk.item()
+                n += 1
+                count = _COUNTS.get(n)
+                self.count = n
+                self.count_t = count if count is not None else held_count(n)
+                return self.count_t
+        else:
+            dim = self.dim
+            if len(shape) != len(self.one) or shape[:dim] != self.one[:dim]:
+                return None
+            if shape[dim + 1 :] != self.one[dim + 1 :]:
+                return None
+            k = shape[dim]
+        if n + k > self.cap or chunk.is_cpu is not self.cpu:
+            return None
+        try:
+            if self.arr is not None:
+                index = [slice(None)] * len(shape)
+                index[self.dim] = slice(n, n + k)
+                self.arr[tuple(index)] = chunk.numpy()
+            else:
+                if chunk.device != self.buf.device:
+                    return None
+                self.buf.narrow(self.dim, n, k).copy_(chunk)
+        except (RuntimeError, TypeError, ValueError):  # (a conjugate view, a tensor subclass)
+            return None
+        self.count = n + k
+        self.count_t = held_count(n + k)
+        return self.count_t

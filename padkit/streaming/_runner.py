@@ -73,7 +73,7 @@ from ..op import max_pad_fill
 from ..spec import PaddingError
 from ._catalog import _BATCH_NORMS, _HOLDERS, _MEASURED, _REFUSED, elementwise, refused_norm
 from ._check import ModelRaised, model_raised, probe_lengths, probe_stream, unchanged
-from ._hold import HoldSchedule, measure_schedule
+from ._hold import HeldBuffer, HoldSchedule, held_count, measure_schedule
 from ._lookahead import Clocks, make_clocks
 from ._ops import (
     empty_output,
@@ -101,6 +101,7 @@ from ._recurrent import (
     run_recurrent,
 )
 from ._state import (
+    _HELD_COUNT_KEY,
     _HELD_KEY,
     _INPUT_KEY,
     _POS_KEY,
@@ -783,23 +784,21 @@ class StreamingModule(nn.Module):
             ``(output, new_state)``; ``output`` is what the model returns for the chunk.
         """
         memo = self._hold_memo
-        if memo is not None and type(state) is dict:
-            # the chunk continues the input the previous step held: hold it too while the
-            # samples still complete no output (see ``_hold.py``); a chunk of another shape,
-            # dtype or device takes the full path, which says what is wrong
-            held = state.get(_HELD_KEY)
-            if held is memo[0] and type(chunk) is Tensor and chunk.dtype is held.dtype:
-                dim, left = memo[1], memo[2]
-                try:
-                    n = chunk.shape[dim]
-                    x = torch.cat((held, chunk), dim) if n < left else None
-                except (RuntimeError, IndexError):
-                    x = None
-                if x is not None:
-                    new = dict(state)
-                    new[_HELD_KEY] = x
-                    self.__dict__["_hold_memo"] = (x, dim, left - n, memo[3])
-                    return memo[3], new
+        if (
+            memo is not None
+            and type(state) is dict
+            and state.get(_HELD_COUNT_KEY) is memo.count_t
+            and state.get(_HELD_KEY) is memo.buf
+            and type(chunk) is Tensor
+        ):
+            # the state is the latest held one and the chunk continues it: write the chunk
+            # after the held samples while they still complete no output (see ``_hold.py``);
+            # any other chunk takes the full path, which says what is wrong
+            count = memo.write(chunk)
+            if count is not None:
+                new = dict(state)
+                new[_HELD_COUNT_KEY] = count
+                return memo.out, new
         self._check_chunk(chunk, "step(): chunk")
         if not isinstance(state, dict):
             raise TypeError(
@@ -830,12 +829,12 @@ class StreamingModule(nn.Module):
                 held.update(state)
                 held[_STARTUP_KEY] = x.clone()
                 return out, held
-        waiting = state.get(_HELD_KEY)
+        waiting = self._held_input(state)
         if waiting is not None:
             dim = self.axis if self.axis >= 0 else chunk.dim() + self.axis
             _check_continues(_HELD_KEY, waiting, chunk, dim, "until it completes an output")
             x = torch.cat([waiting, chunk], dim) if chunk.shape[dim] else waiting
-            state = {k: v for k, v in state.items() if k != _HELD_KEY}
+            state = {k: v for k, v in state.items() if k not in (_HELD_KEY, _HELD_COUNT_KEY)}
         if not final and not lazy:
             kept = self._hold(x, chunk, state)
             if kept is not None:
@@ -854,9 +853,8 @@ class StreamingModule(nn.Module):
         # per input shape, dtype, device and mode: the output of a step that completes
         # nothing, or None (the model does not run on an empty chunk)
         self._held_outs: dict[tuple[Any, ...], Any] = {}
-        # the held input the last step returned, its time axis, the samples that complete
-        # an output when added to it, and that step's output
-        self._hold_memo: tuple[Tensor, int, int, Any] | None = None
+        # the buffer of the latest held state, written in place by the step from it
+        self._hold_memo: HeldBuffer | None = None
 
     def _hold(self, x: Tensor, chunk: Tensor, state: StreamState) -> tuple[Any, StreamState] | None:
         """Hold ``x`` (the held input and the chunk) in the state when it completes no
@@ -881,9 +879,22 @@ class StreamingModule(nn.Module):
         out = self._held_output(x, state, dim)
         if out is None:
             return None
+        n = int(x.shape[dim])
         new = dict(state)
-        new[_HELD_KEY] = x.clone() if x is chunk else x
-        self.__dict__["_hold_memo"] = (new[_HELD_KEY], dim, gap - x.shape[dim], out)
+        if x.requires_grad:  # autograd reaches the held input: no writes in place
+            new[_HELD_KEY] = x.clone() if x is chunk else x
+            new[_HELD_COUNT_KEY] = held_count(n)
+            self.__dict__["_hold_memo"] = None
+            return out, new
+        # room for every sample until the output is due (gap - 1 held at most)
+        shape = list(x.shape)
+        shape[dim] = gap - 1
+        buf = x.new_empty(shape)
+        buf.narrow(dim, 0, n).copy_(x)
+        memo = HeldBuffer(buf, n, dim, out)
+        new[_HELD_KEY] = buf
+        new[_HELD_COUNT_KEY] = memo.count_t
+        self.__dict__["_hold_memo"] = memo
         return out, new
 
     def _hold_hop(self) -> int:
@@ -961,6 +972,24 @@ class StreamingModule(nn.Module):
         if len(self._held_outs) >= 64:
             self._held_outs.clear()
         self._held_outs[key] = out
+
+    def _held_input(self, state: StreamState) -> Tensor | None:
+        """The input samples a causal state holds until they complete an output (the
+        first ``"<stream>.held_count"`` of ``"<stream>.held"``), or None."""
+        held = state.get(_HELD_KEY)
+        if held is None:
+            return None
+        count = state.get(_HELD_COUNT_KEY)
+        dim = self.axis if self.axis >= 0 else held.dim() + self.axis
+        total = int(held.shape[dim])
+        n = int(count) if isinstance(count, Tensor) and count.numel() == 1 else -1
+        if not 0 <= n <= total:
+            raise PaddingError(
+                f"step(): state {_HELD_KEY!r} (shape {tuple(held.shape)}) comes with "
+                f"{_HELD_COUNT_KEY!r} = {count!r}, not a count of its samples from 0 to "
+                f"{total}; pass the state returned by the previous step"
+            )
+        return held if n == total else held.narrow(dim, 0, n)
 
     def _settled(self, state: StreamState) -> StreamState:
         """``state`` with its held input run through the model (which completes no output

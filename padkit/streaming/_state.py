@@ -19,8 +19,10 @@ _INPUT_KEY = "<stream>.input"
 _POS_KEY = "<stream>.pos"
 # reflect time padding: the input held until the stream's start-up is complete
 _STARTUP_KEY = "<stream>.startup"
-# causal mode: input held until it completes an output (``_hold.py``)
+# causal mode: input held until it completes an output (``_hold.py``): a buffer of which
+# the first ``_HELD_COUNT_KEY`` samples on the time axis are held
 _HELD_KEY = "<stream>.held"
+_HELD_COUNT_KEY = "<stream>.held_count"
 
 
 class _Context:
