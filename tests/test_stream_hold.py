@@ -153,8 +153,8 @@ def test_export_from_a_held_state_runs_the_held_input_first() -> None:
 
 def test_a_lookahead_step_that_commits_nothing_only_keeps_its_chunk() -> None:
     """A DAC-shaped encoder (symmetric pads, strides 2 and 4) streamed with lookahead at one
-    sample a step: exact, and the model runs only on the steps that commit an output or
-    move the committed history, not on every chunk."""
+    sample a step: exact, and the model runs only on the steps that commit an output (the
+    steps between only keep their chunk, even where the committed history would move)."""
     torch.manual_seed(1)
 
     class Unit(nn.Module):
@@ -177,18 +177,21 @@ def test_a_lookahead_step_that_commits_nothing_only_keeps_its_chunk() -> None:
         full = model(x)
         state = sm.init_state(example=x[..., :1])
         outs = []
+        committing = 0
         for i, chunk in enumerate(x.split(1, -1)):
             if i == 1:  # after the first step's self-check
                 del runs[:]
             y, state = sm.step(chunk, state)
             outs.append(y)
+            committing += i >= 1 and y.shape[-1] > 0
         steady = len(runs)
         outs.append(sm.flush(state))
     handle.remove()
     torch.testing.assert_close(torch.cat(outs, -1), full, rtol=1e-10, atol=1e-12)
     assert all(o.shape[:2] == (2, 4) for o in outs)
-    # one output per 8 samples, and history moves once per 8: far fewer runs than steps
-    assert steady < (x.shape[-1] - 1) // 3, steady
+    # one output per 8 samples: a run per output, and one more (the first step that
+    # commits nothing runs once, to learn the empty output it returns)
+    assert 15 <= committing <= steady <= committing + 1, (steady, committing)
 
 
 def test_init_state_with_a_short_example_measures_when_outputs_are_due() -> None:

@@ -1195,30 +1195,37 @@ class StreamingModule(nn.Module):
         n_prev = int(pos_t) if pos_t is not None else 0
         x = chunk if held is None or held.shape[dim] == 0 else torch.cat([held, chunk], dim)
         n = n_prev + int(chunk.shape[dim])
-        start = clocks.start(n_prev)
-        if (held.shape[dim] if held is not None else 0) != n_prev - start:
+        # the held input starts where the last run left every layer's history: at
+        # clocks.start(n_prev), or earlier when the steps since committed no output
+        kept_n = held.shape[dim] if held is not None else 0
+        start = n_prev - kept_n
+        if start < 0 or start % clocks.hop or start > clocks.start(n_prev):
             raise PaddingError(
-                f"step(): state {_INPUT_KEY!r} holds "
-                f"{held.shape[dim] if held is not None else 0} samples, expected "
-                f"{n_prev - start}; pass the state returned by the previous step"
+                f"step(): state {_INPUT_KEY!r} holds {kept_n} samples after {n_prev}, expected "
+                f"{n_prev - clocks.start(n_prev)} or that plus whole hops of {clocks.hop}; "
+                "pass the state returned by the previous step"
             )
         nxt = start if final else clocks.start(n)
         quiet = (
             not final
             and not lazy
             and not self._probing  # (the self-check's probe compares every step's modules)
-            and nxt == start
             and n_prev > 0
             and clocks.committed(clocks.out, n) == clocks.committed(clocks.out, n_prev)
         )
         if quiet:
-            # the chunk commits no output and moves no history: the run would leave every
-            # layer's state as it is, so the step only keeps the chunk (see ``_hold.py``)
+            # the chunk commits no output: the step only keeps it, and the step that commits
+            # one runs the model from where the last run left off, as one longer chunk would
+            # (see ``_hold.py``)
             empty = self._held_outs.get(self._empty_key(chunk, dim))
             if empty is not None:
                 kept = dict(state)
                 kept[_INPUT_KEY] = x
-                kept[_POS_KEY] = torch.tensor(n, dtype=torch.int64, device=chunk.device)
+                kept[_POS_KEY] = (
+                    held_count(n)  # (an int64 scalar like any other, shared)
+                    if chunk.device.type == "cpu"
+                    else torch.tensor(n, dtype=torch.int64, device=chunk.device)
+                )
                 return empty, kept
         ctx = _Context(
             state_in=state, lazy=lazy, lookahead=(start, nxt, n), chunk=_described(chunk)
