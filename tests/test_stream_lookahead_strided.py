@@ -253,3 +253,20 @@ def test_a_chunk_that_does_not_continue_the_uncommitted_input_is_refused(bad: Te
             sm.step(bad, state)
         # the stream goes on with chunks that continue it
         y, _ = sm.step(torch.randn(2, 1, 3), state)
+
+
+def test_a_state_whose_input_does_not_start_on_a_hop_is_refused() -> None:
+    """The kept input starts where the last run left every layer's history: a whole number
+    of hops before the samples seen, no later than the clocks' span start. A state whose
+    input lost or gained a sample is refused, not streamed from the wrong place."""
+    sm = StreamingModule(encoder(), lookahead="auto")
+    x = torch.randn(1, 1, 40)
+    with torch.no_grad():
+        state = sm.init_state(example=x)
+        for chunk in x.split(1, -1):
+            _, state = sm.step(chunk, state)
+        kept = state["<stream>.input"]
+        for bad in (kept[..., 1:], torch.cat([kept, kept[..., :1]], -1)):
+            with pytest.raises(PaddingError, match=r"'<stream>\.input' holds"):
+                sm.step(x[..., :1], {**state, "<stream>.input": bad})
+        sm.step(x[..., :1], state)  # the state as returned goes on
