@@ -694,12 +694,19 @@ def test_signatures_sharing_staging_memory_stay_exact() -> None:
                 want = F.max_pool2d(F.pad(x, torch_pad(pads2), value=-math.inf), 3, 2)
                 got = _ops.pool("max", x, want.shape[2:], (3, 3), (2, 2), (1, 1), pads2)
                 torch.testing.assert_close(got, want)
-            # pads in the source buffer: two geometries in turn take the one buffer
-            for pads, dil in ((((16, 0),), 8), (((24, 0),), 12), (((16, 0),), 8)):
+            # pads in the source buffer: two geometries in turn take the one buffer, each
+            # zeroing its own pads' regions, where the other's input (infinities and NaN
+            # on every other call) was written
+            for i, (pads, dil) in enumerate(
+                ((((16, 0),), 8), (((24, 0),), 12), (((16, 0),), 8), (((0, 8),), 4))
+            ):
                 x1 = torch.randn(2, 32, 8 * size)
+                if i % 2:
+                    x1[..., ::2] = float("inf")
+                    x1[..., 1::2] = float("nan")
                 got = _ops.conv(x1, w1, b1, (1,), (dil,), pads, 1)
                 want = F.conv1d(F.pad(x1, torch_pad(pads)), w1, b1, 1, 0, dil)
-                torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+                torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4, equal_nan=True)
 
 
 @requires_backend
