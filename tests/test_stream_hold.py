@@ -312,16 +312,26 @@ def test_branches_from_one_held_state_and_a_reused_chunk_buffer_stream_exactly()
 
 
 def test_a_held_state_with_a_count_that_does_not_fit_is_refused() -> None:
-    sm = StreamingModule(plain())
-    x = torch.randn(1, 2, 30)
+    """A count past the buffer, negative or not a scalar is refused naming it; a state
+    saved before the count existed (the held samples alone) goes on exactly."""
+    model = plain()
+    sm = StreamingModule(model)
+    x = torch.randn(1, 2, 60)
     with torch.no_grad():
         state = sm.init_state(example=x[..., :1])
-        for chunk in x.split(1, -1):
-            _, state = sm.step(chunk, state)
+        outs = []
+        for chunk in x[..., :30].split(1, -1):
+            out, state = sm.step(chunk, state)
+            outs.append(out)
         assert HELD in state
         for bad in (torch.tensor(10_000), torch.tensor(-1), torch.tensor([1, 2])):
             with pytest.raises(PaddingError, match="held_count"):
                 sm.step(x[..., :1], {**state, "<stream>.held_count": bad})
+        n = int(state["<stream>.held_count"])
+        old = {k: v for k, v in state.items() if k != "<stream>.held_count"}
+        old[HELD] = state[HELD][..., :n].clone()
+        out, _ = sm.step(x[..., 30:], old)
+        torch.testing.assert_close(torch.cat([*outs, out], -1), model(x), rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.parametrize(

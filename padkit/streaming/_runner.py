@@ -982,6 +982,8 @@ class StreamingModule(nn.Module):
         count = state.get(_HELD_COUNT_KEY)
         dim = self.axis if self.axis >= 0 else held.dim() + self.axis
         total = int(held.shape[dim])
+        if count is None:  # a state saved before the count: all of it is held
+            return held
         n = int(count) if isinstance(count, Tensor) and count.numel() == 1 else -1
         if not 0 <= n <= total:
             raise PaddingError(
