@@ -212,7 +212,10 @@ class _Recorder:
     """Forward hooks on the model's modules: each call's inputs (``inputs``) and output, the
     order modules return in, and the stack of modules running (the deepest that raised)."""
 
-    def __init__(self, model: nn.Module, streamed: set[int]) -> None:
+    def __init__(self, model: nn.Module, streamed: set[int], runner: Any = None) -> None:
+        # the runner's attributes: ``_in_window`` is set while a windowed module runs on its
+        # history and the chunk (its calls there cover more time steps than the chunk's)
+        self.runner_attrs: dict[str, Any] = runner.__dict__ if runner is not None else {}
         self.names: dict[int, str] = {}
         self.modules: dict[int, nn.Module] = {}
         for name, m in model.named_modules():
@@ -246,6 +249,8 @@ class _Recorder:
     def _pre(self, key: int) -> Any:
         def hook(mod: nn.Module, args: Any, kwargs: Any) -> None:
             if not self.on or (key in self.streamed and not self.inputs):
+                return None
+            if self.runner_attrs.get("_in_window"):
                 return None
             self.counter += 1
             if self.inputs:
@@ -305,6 +310,8 @@ class _Finding:
     ) -> None:
         self.text, self.q, self.p, self.steps, self.size = text, q, p, steps, size
         self.back: _Finding | None = None  # a dependency on an earlier input too
+        # earlier inputs only, within a window: output t reads inputs t - window .. t
+        self.window: int | None = None
 
 
 def _float64_copy(module: nn.Module) -> nn.Module | None:
@@ -390,7 +397,9 @@ def measure(
     positions = sorted({p for p in (0, 1, steps // 2, steps - 2, steps - 1) if 0 <= p < steps})
     ahead: _Finding | None = None  # the farthest output that reads a later input
     back: _Finding | None = None  # the farthest output that reads an earlier one
+    reach: dict[int, int] = {}  # per perturbed input: the farthest later output it moves
     for p in positions:
+        reach[p] = 0
         moved = list(leaves)
         for i, a in timed:
             v = moved[i].clone()
@@ -421,6 +430,7 @@ def measure(
             for q in (per_t > tol[j]).nonzero().flatten().tolist():
                 if q == p:
                     continue
+                reach[p] = max(reach[p], q - p)
                 if lookahead is not None:
                     if q < p and p - q <= lookahead:
                         continue
@@ -433,6 +443,17 @@ def measure(
                     back = found
     if ahead is not None and back is not None:
         ahead.back = back
+    if ahead is None and back is not None and lookahead is None:
+        # a causal window: every perturbed input moves the outputs up to the same distance
+        # after it, and (from the middle on) stops well before the end of the sequence
+        window = max(reach.values())
+        mid = steps // 2
+        if (
+            all(r == window for p, r in reach.items() if p + window < steps)
+            and mid + window < steps - 1
+            and 4 * window < steps
+        ):
+            back.window = window
     if ahead is not None or back is not None or lookahead is not None:
         return ahead or back
     # a module run on a chunk sees those time steps alone: its output there must be the full
@@ -516,7 +537,9 @@ class _Probe:
             # long enough that outputs are emitted before the flush, every phase of a hop
             self.minimum = max(self.minimum, self.look_delay + 2 * clocks.hop + 8)
         streamed = {id(stream._layer_by_name(n)) for n in [*stream._plans, *stream._rnn_plans]}
-        self.rec = _Recorder(self.model, streamed)
+        self.rec = _Recorder(self.model, streamed, stream)
+        # modules with a measured window that did not stream exactly on it: why, by name
+        self.window_refusals: dict[str, str] = {}
         self.full: dict[int, list[_Call]] = {}
         self.full_order: list[int] = []
         self.n = 0
@@ -597,6 +620,8 @@ class _Probe:
                 else:
                     call = calls[i]
                     found = measure(module, call.args, call.kwargs, axes[0], axes[1])
+                    if self.windowed(label, module, found, i):
+                        break
                 if isinstance(found, _Finding):
                     allowed = (
                         " It is declared in allow=, but it does not act on each time step on "
@@ -604,10 +629,10 @@ class _Probe:
                         if kind == "allowed"
                         else ""
                     )
+                    said = self.window_refusals.get(label) or describe(found, stream._delay)
                     raise PaddingError(
                         f"StreamingModule cannot stream {what}: measured on its input in a "
-                        f"full run of {self.n} samples, {describe(found, stream._delay)}."
-                        f"{allowed}"
+                        f"full run of {self.n} samples, {said}.{allowed}"
                     )
                 if isinstance(found, str) and kind == "unknown":
                     cls = type(module).__name__
@@ -616,6 +641,89 @@ class _Probe:
                         f"on its own: it cannot be measured ({found}). If it does, pass "
                         f"allow=[{cls}] (or allow=[{label!r}])"
                     )
+
+    def windowed(self, label: str, module: nn.Module, found: Any, i: int = 0) -> bool:
+        """Stream ``module`` with a window of its last input samples when ``found`` measured
+        one (a causal stream, one call a run, one tensor in and out along time, no streamed
+        layer inside it): True where it now does."""
+        stream = self.stream
+        if not isinstance(found, _Finding) or stream._lookahead_mode:
+            return False
+        if found.window is None and (found.q <= found.p or found.back is not None):
+            return False  # it reads later time steps: no window of earlier ones serves
+        if label == "<model>" or label in stream._windows or i > 0:
+            return False
+        if label in self.window_refusals:
+            return False
+        calls = self.full.get(id(module), [])
+        axes = self.call_axes(id(module), 0)
+        if len(calls) != 1 or axes is None or calls[0].kwargs:
+            return False
+        args = calls[0].args
+        if not isinstance(args, tuple) or len(args) != 1 or not isinstance(args[0], Tensor):
+            return False
+        if len(axes[0]) != 1:
+            return False
+        (in_axis,), out_axes = axes[0], axes[1]
+        if in_axis is None or in_axis == _AMBIGUOUS or len(out_axes) != 1:
+            return False
+        (out_axis,) = out_axes
+        if out_axis is None or out_axis == _AMBIGUOUS:
+            return False
+        inside = [*stream._plans, *stream._rnn_plans, *stream._windows]
+        if any(n.startswith(label + ".") for n in inside):
+            return False
+        window = found.window
+        if window is None:
+            # earlier time steps only, but as far back as the probe reaches: measured again
+            # on its input repeated to a longer sequence, a window may show
+            x = args[0]
+            steps = int(x.shape[in_axis])
+            reps = max(2, -(-_LONG_WINDOW_PROBE // max(steps, 1)))
+            longer = torch.cat([x] * reps, in_axis)
+            try:
+                again = measure(module, (longer,), {}, [in_axis], [out_axis])
+            except Exception:  # pragma: no cover - the refusal names the first finding
+                return False
+            if not isinstance(again, _Finding) or again.window is None:
+                return False
+            window, x = again.window, longer
+        else:
+            x = args[0]
+        why = _window_differs(module, x, in_axis, out_axis, window)
+        if why is not None:
+            self.window_refusals[label] = why
+            return False
+        stream._add_window(label, window, in_axis, out_axis)
+        return True
+
+    def try_window(self, key: int) -> bool:
+        """For a module whose streamed output differs: stream it, or else the innermost of
+        its enclosing modules whose measurement finds one, with a window of its last input
+        samples (see :meth:`windowed`). A module that acts on each time step differs when
+        its input does: the code that reads earlier time steps is then its parent's."""
+        if self.stream._lookahead_mode:
+            return False
+        name = self.rec.names[key]
+        keys = {v: k for k, v in self.rec.names.items()}
+        parts = name.split(".") if name != "<model>" else []
+        for depth in range(len(parts), 0, -1):
+            k = keys.get(".".join(parts[:depth]))
+            if k is not None and self._try_window_at(k):
+                return True
+        return False
+
+    def _try_window_at(self, key: int) -> bool:
+        module = self.rec.modules[key]
+        axes = self.call_axes(key, 0)
+        calls = self.full.get(key, [])
+        if axes is None or len(calls) != 1:
+            return False
+        try:
+            found = measure(module, calls[0].args, calls[0].kwargs, axes[0], axes[1])
+        except Exception:  # pragma: no cover - the refusal below names it
+            return False
+        return self.windowed(self.rec.names[key], module, found)
 
     # -------------------------------------------------------------- the streamed run
 
@@ -723,6 +831,18 @@ class _Probe:
             # sample (a too-short lookahead through a deep chain) shows far above it
             rel = 1e-9 if f.dtype == torch.float64 else 1e-4
             if not diff <= rel * (1.0 + scale):
+                if self.try_window(key):
+                    raise _Retry
+                refused = next(iter(self.window_refusals.items()), None)
+                if refused is not None:
+                    culprit = self.rec.modules[
+                        {v: k for k, v in self.rec.names.items()}[refused[0]]
+                    ]
+                    raise PaddingError(
+                        f"StreamingModule cannot stream {type(culprit).__name__} "
+                        f"{refused[0]!r}: measured on its input in a full run of {n} samples, "
+                        f"{refused[1]}"
+                    )
                 raise PaddingError(
                     f"StreamingModule: {label} streams values that differ from the full run's "
                     f"(its streamed output differs by {diff:.3g}; a probe of {n} samples in "
@@ -866,6 +986,60 @@ class _Probe:
         )
 
 
+# the length a module's input is repeated to when its window reaches past the probe
+_LONG_WINDOW_PROBE = 1024
+
+
+def _window_differs(
+    module: nn.Module, x: Tensor, in_axis: int, out_axis: int, window: int
+) -> str | None:
+    """Run ``module`` as a stream runs a windowed module (on its last ``window`` input
+    samples and each chunk of ``x``: 1, 7, 3 samples, then the rest) and compare with its
+    run on all of ``x``; None where they agree, else why not."""
+    dup = _float64_copy(module)
+    run = dup if dup is not None else module
+    if dup is not None and x.is_floating_point():
+        x = x.double()
+    rel = 1e-9 if x.dtype == torch.float64 else 1e-4
+    steps = int(x.shape[in_axis])
+    sizes = [k for k in (1, 7, 3) if k < steps]
+    sizes.append(steps - sum(sizes))
+    with torch.no_grad():
+        try:
+            full = run(x.clone())
+            outs, hist = [], None
+            for c in torch.split(x, sizes, in_axis):
+                h = 0 if hist is None else int(hist.shape[in_axis])
+                xe = c if hist is None else torch.cat([hist, c], in_axis)
+                outs.append(run(xe).narrow(out_axis, h, int(c.shape[in_axis])))
+                total = int(xe.shape[in_axis])
+                hist = xe.narrow(in_axis, total - min(window, total), min(window, total))
+            got = torch.cat(outs, out_axis)
+        except Exception as err:
+            return (
+                f"it reads a window of {window} earlier time steps, but raises when run on "
+                f"one ({_first_line(err)})"
+            )
+    if not isinstance(full, Tensor) or got.shape != full.shape:
+        return (
+            f"it reads a window of {window} earlier time steps, but its output on one has "
+            "another shape"
+        )
+    d = float((got - full).abs().max())
+    if d > rel * (1.0 + float(full.abs().max())):
+        return (
+            f"its output t reads its inputs t - {window} .. t, but run on its last {window} "
+            f"input samples and a chunk, as a stream runs it, its output differs from the full "
+            f"run's by {d:.3g}: it depends on where a time step sits or on how many there are "
+            "(a positional encoding, a scale by the length)"
+        )
+    return None
+
+
+class _Retry(Exception):
+    """A module now streams with a window: stream the probe again."""
+
+
 class _StreamFailed(Exception):
     def __init__(self, label: str, size: int, error: BaseException) -> None:
         super().__init__(label)
@@ -918,7 +1092,23 @@ def _probe(stream: Any, probe: _Probe) -> bool:
         if probe.accept([probe.n + lead]) is None:
             return False
     try:
-        probe.stream_run(probe.split(lead))
+        for _ in range(64):  # each retry streams one more module with a window
+            longest = max((w.reach for w in stream._windows.values()), default=0)
+            if 4 * longest + 8 > probe.n:
+                # the probe streams past every window, so that each runs on a full history
+                need = probe.hop * math.ceil((4 * longest + 8 + lead) / probe.hop)
+                if probe.accept(probe_lengths(need, probe.hop, need)) is None:
+                    probe.accept(probe.lengths())
+            try:
+                probe.stream_run(probe.split(lead))
+                break
+            except _Retry:
+                continue
+        else:
+            raise PaddingError(
+                f"StreamingModule: more than 64 modules of {type(stream.model).__name__} "
+                "would stream with a window of their own; such a model is not streamed"
+            )
     except _StreamFailed as failed:
         keys = [k for k in probe.rec.modules if probe.rec.label(k) == failed.label]
         measured = probe.why(keys[0]) if keys else ""

@@ -89,6 +89,7 @@ from ._plan import (
     LEAN_OVERLAP,
     LEAN_SIMPLE,
     LEAN_WINDOW,
+    WindowPlan,
     _Plan,
     _plan_layer,
     weight_hooks,
@@ -135,6 +136,12 @@ def _layer_call(self: Any, x: Any = None, *args: Any, **kwargs: Any) -> Any:
             weight, bias = _params(layer)
             return F.conv1d(x, weight, bias, 1, 0, 1, layer.groups)
     return runner._call_layer(plan, layer, x, args, kwargs)
+
+
+def _window_call(self: Any, x: Any = None, *args: Any, **kwargs: Any) -> Any:
+    """A windowed module's stand-in ``__call__`` (and ``forward``)."""
+    runner, plan, layer = self._padkit_stream
+    return runner._call_window(plan, layer, x, args, kwargs)
 
 
 def _recurrent_call(self: Any, *args: Any, **kwargs: Any) -> Any:
@@ -314,6 +321,9 @@ class StreamingModule(nn.Module):
         # leaf modules measured before the first step: "unknown" (no list names them),
         # "listed" (channel-wise, unless applied along time), "allowed" (declared in allow=)
         self._measure: dict[str, str] = {}
+        # modules measured (before the first step) to read a window of earlier time steps:
+        # each runs on its last input samples (kept in the state) and the chunk
+        self._windows: dict[str, WindowPlan] = {}
         self._stand_ins: dict[int, nn.Module] = {}  # by id(layer), while scanning only
         # (parent, attribute, layer, stand-in) for every place a streamed layer is registered
         self._slots: list[tuple[nn.Module, str, nn.Module, nn.Module]] = []
@@ -380,6 +390,7 @@ class StreamingModule(nn.Module):
         state.setdefault("_empties", {})
         state.setdefault("_holds", {})
         state.setdefault("_held_outs", {})
+        state.setdefault("_windows", {})
         state["_hold_memo"] = None
         state.pop("_hold_hop", None)  # an int, once kept under the method's name
         if "_clocks" not in state:  # pickles made before strided lookahead
@@ -392,7 +403,9 @@ class StreamingModule(nn.Module):
                 state["_clocks"] = make_clocks(plans, dict.fromkeys(plans, one), one, delay)
         super().__setstate__(state)  # type: ignore[no-untyped-call]
         self._lock = threading.RLock()
-        names = {id(self._layer_by_name(n)): n for n in [*self._plans, *self._rnn_plans]}
+        names = {
+            id(self._layer_by_name(n)): n for n in [*self._plans, *self._rnn_plans, *self._windows]
+        }
         slots = []
         for parent, key, layer, _ in self._slots:
             slots.append((parent, key, layer, self._stand_in_of(names[id(layer)], layer)))
@@ -404,7 +417,83 @@ class StreamingModule(nn.Module):
     def _stand_in_of(self, label: str, layer: nn.Module) -> nn.Module:
         if label in self._rnn_plans:
             return make_stand_in(self, self._rnn_plans[label], layer, _recurrent_call)
+        if label in self._windows:
+            return make_stand_in(self, self._windows[label], layer, _window_call)
         return make_stand_in(self, self._plans[label], layer, _layer_call)
+
+    def _refuse_windows(self, where: str, why: str) -> None:
+        """Raise for ``where`` when a module streams on a window of its input (``why``)."""
+        if self._windows:
+            plan = next(iter(self._windows.values()))
+            layer = self._layer_by_name(plan.name)
+            raise PaddingError(
+                f"{where}: {type(layer).__name__} {plan.name!r} streams on a window of its last "
+                f"{plan.reach} input samples, which its state {plan.key!r} {why}; "
+                "start new streams in a state of their own (init_state())"
+            )
+
+    def _add_window(self, label: str, reach: int, in_axis: int, out_axis: int) -> None:
+        """Stream the module ``label`` on its last ``reach`` input samples and the chunk
+        (measured: its output ``t`` reads its inputs ``t - reach .. t``)."""
+        layer = self._layer_by_name(label)
+        plan = WindowPlan(label, reach, in_axis, out_axis)
+        self._windows[label] = plan
+        stand_in = self._stand_in_of(label, layer)
+        for parent in self.model.modules():
+            for key, child in parent._modules.items():
+                if child is layer:
+                    self._slots.append((parent, key, layer, stand_in))
+        self._checked.clear()  # other input shapes: probe them with the window too
+
+    def _call_window(
+        self, plan: WindowPlan, layer: nn.Module, x: Any, args: tuple[Any, ...], kwargs: Any
+    ) -> Any:
+        """A windowed module's call: its own forward on its last input samples (the state's
+        ``"<name>.hist"``) and ``x``; returns the outputs of ``x``'s time steps."""
+        ctx = self._ctx
+        if ctx is None:  # pragma: no cover - stand-ins exist only inside a step
+            raise RuntimeError("padkit streaming stand-in called outside a step")
+        what = f"{type(layer).__name__} {plan.name!r}"
+        if args or kwargs or not isinstance(x, Tensor):
+            raise PaddingError(
+                f"StreamingModule: {what} streams on a window of its last {plan.reach} input "
+                "samples and takes one tensor then, as measured; this step calls it with "
+                f"{1 + len(args)} positional and {len(kwargs)} keyword argument(s)"
+            )
+        if plan.name in ctx.called:
+            raise PaddingError(
+                f"StreamingModule: {what} ran twice in one step; a module streamed on a window "
+                "of its input needs one state per use (use two modules)"
+            )
+        ctx.called.add(plan.name)
+        dim = plan.in_axis if plan.in_axis >= 0 else x.dim() + plan.in_axis
+        hist = ctx.state_in.get(plan.key)
+        if hist is not None:
+            _check_continues(plan.key, hist, x, dim, "as the window its next outputs read")
+        h = int(hist.shape[dim]) if hist is not None else 0
+        xe = torch.cat([hist, x], dim) if hist is not None and h else x
+        attrs = self.__dict__
+        attrs["_in_window"] = attrs.get("_in_window", 0) + 1
+        try:
+            out = type(layer).__call__(layer, xe)
+        finally:
+            attrs["_in_window"] -= 1
+        total = int(xe.shape[dim])
+        if isinstance(out, Tensor):
+            odim = plan.out_axis if plan.out_axis >= 0 else out.dim() + plan.out_axis
+            ok = 0 <= odim < out.dim() and int(out.shape[odim]) == total
+        else:
+            ok = False
+        if not ok:
+            got = tuple(out.shape) if isinstance(out, Tensor) else type(out).__name__
+            raise PaddingError(
+                f"StreamingModule: {what} streams on a window of its last {plan.reach} input "
+                f"samples; on {total} time steps it returned {got}, not one tensor of "
+                f"{total} time steps on axis {plan.out_axis} as measured"
+            )
+        keep = min(plan.reach, total)
+        ctx.state_out[plan.key] = xe.narrow(dim, total - keep, keep).clone()
+        return out.narrow(odim, h, total - h)
 
     # ------------------------------------------------------------------ model scan
 
@@ -685,6 +774,7 @@ class StreamingModule(nn.Module):
                 f"got {rows!r}"
             )
         idx = torch.as_tensor(rows, dtype=torch.int64).flatten()
+        self._refuse_windows("reset_rows()", "keeps the last input samples of all rows alike")
         state = self._settled(state)
         if self._has_reflect():
             self._reset_rows_reflect(state, idx, rows)

@@ -30,6 +30,9 @@ def step_module(
             "grows during the first steps); export a causal model"
         )
     stream._self_check(example)
+    stream._refuse_windows(
+        "step_module()", "grows over the first steps: the exported step has fixed state shapes"
+    )
     if state is None:
         state = stream.init_state(example=example)
     state = stream._settled(state)  # input a step held: run it (it completes no output)
@@ -86,6 +89,11 @@ def export_onnx(
             "export_onnx(): lookahead streams are not exported (the held input grows during "
             "the first steps); export a causal model"
         )
+    stream._check_chunk(example, "export_onnx(): example")
+    stream._self_check(example)
+    stream._refuse_windows(
+        "export_onnx()", "grows over the first steps: the exported step has fixed state shapes"
+    )
     if dynamic_length:
         bad = [p.name for p in stream._stateful() if not p.simple]
         if bad:

@@ -1,0 +1,172 @@
+"""Modules measured to read a window of earlier time steps (output ``t`` reads inputs
+``t - w .. t``): a moving average written with ``unfold``, a causal local attention written
+with a banded mask. A causal stream runs each on its last ``w`` input samples and the chunk.
+The reference for every value is the model's own full-sequence run; a cumulative module
+(unbounded window) and one that depends on where a time step sits are still refused, with
+the dependency measured."""
+
+from __future__ import annotations
+
+import copy
+import io
+import pickle
+import random
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+import padkit.nn as pn
+from padkit import PaddingError
+from padkit.streaming import StreamingModule
+
+
+class MovingAverage(nn.Module):
+    """A causal moving average of ``w`` steps (zeros before the start), scaled."""
+
+    def __init__(self, w: int) -> None:
+        super().__init__()
+        self.w = w
+        self.scale = nn.Parameter(torch.full((1,), 1.5))
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.scale * F.pad(x, (self.w - 1, 0)).unfold(-1, self.w, 1).mean(-1)
+
+
+class LocalAttention(nn.Module):
+    """Causal attention within the last ``w`` frames, on ``(N, C, T)``."""
+
+    def __init__(self, c: int, w: int) -> None:
+        super().__init__()
+        self.w = w
+        self.qkv = nn.Linear(c, 3 * c)
+        self.out = nn.Linear(c, c)
+
+    def forward(self, x: Tensor) -> Tensor:
+        q, k, v = self.qkv(x.transpose(1, 2)).chunk(3, -1)
+        i = torch.arange(x.shape[-1], device=x.device)
+        band = (i[None, :] <= i[:, None]) & (i[:, None] - i[None, :] < self.w)
+        att = (q @ k.transpose(1, 2) / q.shape[-1] ** 0.5).masked_fill(~band, float("-inf"))
+        return x + self.out(att.softmax(-1) @ v).transpose(1, 2)
+
+
+class RunningMean(nn.Module):
+    """The mean of every sample so far: no window bounds it."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        n = torch.arange(1, x.shape[-1] + 1, dtype=x.dtype, device=x.device)
+        return x.cumsum(-1) / n
+
+
+class Positional(nn.Module):
+    """A moving average plus a ramp over the positions of the time steps it is given."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        avg = F.pad(x, (2, 0)).unfold(-1, 3, 1).mean(-1)
+        return avg + torch.arange(x.shape[-1], dtype=x.dtype) / 10
+
+
+def model(w_avg: int, w_att: int) -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(
+        pn.Conv1d(2, 8, 3, padding="causal"),
+        MovingAverage(w_avg),
+        nn.ELU(),
+        LocalAttention(8, w_att),
+        pn.Conv1d(8, 8, 4, stride=2, padding="causal"),
+        nn.Tanh(),
+        MovingAverage(3),
+    ).eval()
+
+
+def sizes(n: int, seed: int) -> list[list[int]]:
+    rng = random.Random(seed)
+    rand: list[int] = []
+    while sum(rand) < n:
+        rand.append(min(rng.randint(1, 19), n - sum(rand)))
+    return [[1] * n, [7] * (n // 7) + [n % 7], rand]
+
+
+def stream(sm: StreamingModule, x: Tensor, chunks: list[int], state: dict | None = None) -> Tensor:
+    state = sm.init_state(example=x[..., :1]) if state is None else state
+    outs = []
+    for chunk in x.split([c for c in chunks if c], -1):
+        y, state = sm.step(chunk, state)
+        outs.append(y)
+    return torch.cat(outs, -1)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("w_avg, w_att", [(4, 5), (9, 40)])
+def test_windowed_modules_stream_exactly(dtype: torch.dtype, w_avg: int, w_att: int) -> None:
+    """Windows shorter and far longer than the self-check's first probe (the attention's
+    40 frames are measured on its input repeated to a longer sequence): every chunking, at
+    batch 2, equals the full run; each module keeps its last ``w - 1`` input samples."""
+    net = model(w_avg, w_att).to(dtype)
+    sm = StreamingModule(net)
+    x = torch.randn(2, 2, 300, dtype=dtype)
+    tol = {"rtol": 1e-5, "atol": 1e-5} if dtype == torch.float32 else {}
+    with torch.no_grad():
+        full = net(x)
+        for chunks in sizes(300, 1):
+            torch.testing.assert_close(stream(sm, x, chunks), full, **tol)
+        state = sm.init_state(example=x[..., :1])
+        _, state = sm.step(x[..., :100], state)
+    assert {k: v.shape[-1] for k, v in state.items() if k.endswith(".hist")} == {
+        "1.hist": w_avg - 1,
+        "3.hist": w_att - 1,
+        "6.hist": 2,
+    }
+    assert set(sm._windows) == {"1", "3", "6"}
+
+
+def test_a_stream_with_windows_pickles_and_copies() -> None:
+    """A stream whose modules were found to need a window, pickled, deep-copied, and its
+    state saved and loaded mid-stream, goes on exactly."""
+    net = model(4, 6)
+    sm = StreamingModule(net)
+    x = torch.randn(1, 2, 90)
+    with torch.no_grad():
+        full = net(x)
+        state = sm.init_state(example=x[..., :1])
+        head, state = sm.step(x[..., :41], state)
+        buffer = io.BytesIO()
+        torch.save(state, buffer)
+        buffer.seek(0)
+        loaded = torch.load(buffer, weights_only=True)
+        for other in (pickle.loads(pickle.dumps(sm)), copy.deepcopy(sm), sm):
+            assert set(other._windows) == set(sm._windows)
+            rest = stream(other, x[..., 41:], [5] * 9 + [4], dict(loaded))
+            torch.testing.assert_close(torch.cat([head, rest], -1), full)
+
+
+def test_unbounded_and_positional_dependencies_are_still_refused() -> None:
+    """A running mean reads every earlier sample (no window); a module whose output depends
+    on where a time step sits differs on a chunk however much history it gets."""
+    with pytest.raises(PaddingError, match=r"RunningMean '1'.*carries earlier time steps"):
+        StreamingModule(nn.Sequential(pn.Conv1d(2, 4, 3, padding="causal"), RunningMean()))(
+            torch.randn(1, 2, 8)
+        )
+    with pytest.raises(PaddingError, match="Positional '1'"):
+        StreamingModule(nn.Sequential(pn.Conv1d(2, 4, 3, padding="causal"), Positional()))(
+            torch.randn(1, 2, 8)
+        )
+
+
+def test_lookahead_streams_do_not_take_windows() -> None:
+    net = nn.Sequential(nn.Conv1d(2, 4, 3, padding=1), MovingAverage(4))
+    with pytest.raises(PaddingError, match="MovingAverage '1'"):
+        StreamingModule(net, lookahead="auto")(torch.randn(1, 2, 8))
+
+
+def test_reset_rows_and_export_refuse_a_windowed_module_by_name() -> None:
+    net = model(4, 5)
+    sm = StreamingModule(net)
+    x = torch.randn(2, 2, 32)
+    with torch.no_grad():
+        _, state = sm.step(x, sm.init_state(example=x[..., :1]))
+    with pytest.raises(PaddingError, match=r"reset_rows\(\).*MovingAverage '1'"):
+        sm.reset_rows(state, [0])
+    with pytest.raises(PaddingError, match=r"step_module\(\).*MovingAverage '1'"):
+        sm.step_module(x[..., :4], state)
