@@ -719,6 +719,11 @@ class _Probe:
         calls = self.full.get(key, [])
         if axes is None or len(calls) != 1:
             return False
+        name = self.rec.names[key]
+        stream = self.stream
+        inside = [*stream._plans, *stream._rnn_plans, *stream._windows]
+        if name == "<model>" or any(n == name or n.startswith(name + ".") for n in inside):
+            return False  # (before measuring: a module holding streamed layers never qualifies)
         try:
             found = measure(module, calls[0].args, calls[0].kwargs, axes[0], axes[1])
         except Exception:  # pragma: no cover - the refusal below names it
