@@ -162,7 +162,20 @@ class HeldBuffer:
     where the chunk must take the full path (it does not fit, does not continue the held
     input, needs autograd, or cannot be copied here)."""
 
-    __slots__ = ("arr", "buf", "cap", "count", "count_t", "cpu", "dim", "flat", "one", "out")
+    __slots__ = (
+        "arr",
+        "buf",
+        "cap",
+        "count",
+        "count_t",
+        "cpu",
+        "dim",
+        "flat",
+        "lead",
+        "one",
+        "out",
+        "shapes",
+    )
 
     def __init__(self, buf: Tensor, count: int, dim: int, out: Any) -> None:
         self.buf = buf
@@ -174,6 +187,8 @@ class HeldBuffer:
         one = list(buf.shape)
         one[dim] = 1
         self.one = torch.Size(one)  # a 1-sample chunk's shape
+        self.shapes: dict[int, torch.Size] = {1: self.one}  # a k-sample chunk's, by k
+        self.lead = (slice(None),) * dim  # the index of the axes before time
         self.cpu = buf.device.type == "cpu"
         self.arr = buf.numpy() if self.cpu and buf.dtype in _NUMPY else None
         # one element per sample (every other axis of size 1): a sample's flat index
@@ -195,19 +210,26 @@ class HeldBuffer:
                 self.count_t = count if count is not None else held_count(n)
                 return self.count_t
         else:
-            dim = self.dim
-            if len(shape) != len(self.one) or shape[:dim] != self.one[:dim]:
+            if len(shape) != len(self.one):
                 return None
-            if shape[dim + 1 :] != self.one[dim + 1 :]:
+            k = shape[self.dim]
+            want = self.shapes.get(k)
+            if want is None:
+                if len(self.shapes) >= 64:
+                    self.shapes.clear()
+                one = list(self.one)
+                one[self.dim] = k
+                want = self.shapes[k] = torch.Size(one)
+            if shape != want:
                 return None
-            k = shape[dim]
         if n + k > self.cap or chunk.is_cpu is not self.cpu:
             return None
         try:
-            if self.arr is not None:
-                index = [slice(None)] * len(shape)
-                index[self.dim] = slice(n, n + k)
-                self.arr[tuple(index)] = chunk.numpy()
+            if self.flat is not None:
+                self.flat[n : n + k] = chunk.numpy().reshape(-1)
+            elif self.arr is not None:
+                index = (*self.lead, slice(n, n + k))
+                self.arr[index] = chunk.numpy()
             else:
                 if chunk.device != self.buf.device:
                     return None
