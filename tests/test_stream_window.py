@@ -170,3 +170,46 @@ def test_reset_rows_and_export_refuse_a_windowed_module_by_name() -> None:
         sm.reset_rows(state, [0])
     with pytest.raises(PaddingError, match=r"step_module\(\).*MovingAverage '1'"):
         sm.step_module(x[..., :4], state)
+
+
+class AttentionNTC(nn.Module):
+    """Causal attention within the last ``w`` steps of an ``(N, T, C)`` input."""
+
+    def __init__(self, c: int, w: int) -> None:
+        super().__init__()
+        self.w = w
+        self.qkv = nn.Linear(c, 3 * c)
+
+    def forward(self, x: Tensor) -> Tensor:
+        q, k, v = self.qkv(x).chunk(3, -1)
+        i = torch.arange(x.shape[1])
+        band = (i[None, :] <= i[:, None]) & (i[:, None] - i[None, :] < self.w)
+        att = (q @ k.transpose(1, 2)).masked_fill(~band, float("-inf")).softmax(-1)
+        return x + att @ v
+
+
+class TimeMajor(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = pn.Conv1d(3, 8, 3, padding="causal")
+        self.att = AttentionNTC(8, 6)
+        self.out = nn.Linear(8, 4)
+
+    def forward(self, x: Tensor) -> Tensor:  # (N, T, C)
+        return self.out(self.att(self.conv(x.transpose(1, 2)).transpose(1, 2)))
+
+
+def test_a_window_on_the_time_major_axis_streams_exactly() -> None:
+    torch.manual_seed(2)
+    net = TimeMajor().eval()
+    x = torch.randn(2, 60, 3)
+    sm = StreamingModule(net, axis=1)
+    with torch.no_grad():
+        full = net(x)
+        state = sm.init_state(example=x[:, :1])
+        outs = []
+        for chunk in x.split([1, 7, 3, 13, 36], 1):
+            y, state = sm.step(chunk, state)
+            outs.append(y)
+    torch.testing.assert_close(torch.cat(outs, 1), full)
+    assert state["att.hist"].shape == (2, 5, 8)
