@@ -213,3 +213,20 @@ def test_a_window_on_the_time_major_axis_streams_exactly() -> None:
             outs.append(y)
     torch.testing.assert_close(torch.cat(outs, 1), full)
     assert state["att.hist"].shape == (2, 5, 8)
+
+
+def test_a_window_behind_a_strided_layer_takes_steps_with_no_new_time_step() -> None:
+    """Behind a stride-4 conv, most 1-sample steps give the windowed modules no time step
+    (the first ones before any history exists): they return empty outputs of the right
+    shape and keep their history."""
+    torch.manual_seed(4)
+    net = nn.Sequential(
+        pn.Conv1d(2, 8, 8, stride=4, padding="causal_block"), MovingAverage(3), LocalAttention(8, 4)
+    ).eval()
+    x = torch.randn(2, 2, 64)
+    sm = StreamingModule(net)
+    with torch.no_grad():
+        full = net(x)
+        for chunks in ([1] * 64, [3] * 21 + [1]):
+            torch.testing.assert_close(stream(sm, x, chunks), full)
+    assert set(sm._windows) == {"1", "2"}

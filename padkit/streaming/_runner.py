@@ -471,6 +471,15 @@ class StreamingModule(nn.Module):
         if hist is not None:
             _check_continues(plan.key, hist, x, dim, "as the window its next outputs read")
         h = int(hist.shape[dim]) if hist is not None else 0
+        if x.shape[dim] == 0:
+            # no new time step (a strided layer before it is between outputs): its output
+            # on a zero window, for the shape of an empty one; the history stays
+            if hist is not None:
+                ctx.state_out[plan.key] = hist
+            shape = list(x.shape)
+            shape[dim] = plan.reach + 1
+            x, h = x.new_zeros(shape), plan.reach + 1
+            hist = None
         xe = torch.cat([hist, x], dim) if hist is not None and h else x
         attrs = self.__dict__
         attrs["_in_window"] = attrs.get("_in_window", 0) + 1
@@ -491,6 +500,8 @@ class StreamingModule(nn.Module):
                 f"samples; on {total} time steps it returned {got}, not one tensor of "
                 f"{total} time steps on axis {plan.out_axis} as measured"
             )
+        if h == total:  # (the zero window above)
+            return out.narrow(odim, total, 0)
         keep = min(plan.reach, total)
         ctx.state_out[plan.key] = xe.narrow(dim, total - keep, keep).clone()
         return out.narrow(odim, h, total - h)
