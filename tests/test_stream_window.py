@@ -141,17 +141,98 @@ def test_a_stream_with_windows_pickles_and_copies() -> None:
             torch.testing.assert_close(torch.cat([head, rest], -1), full)
 
 
-def test_unbounded_and_positional_dependencies_are_still_refused() -> None:
-    """A running mean reads every earlier sample (no window); a module whose output depends
-    on where a time step sits differs on a chunk however much history it gets."""
-    with pytest.raises(PaddingError, match=r"RunningMean '1'.*carries earlier time steps"):
-        StreamingModule(nn.Sequential(pn.Conv1d(2, 4, 3, padding="causal"), RunningMean()))(
-            torch.randn(1, 2, 8)
-        )
-    with pytest.raises(PaddingError, match="Positional '1'"):
+def test_positional_and_recurrent_dependencies_are_refused_with_the_measurement() -> None:
+    """A module whose output depends on where a time step sits differs on a chunk however
+    much history it gets; a recurrence written as a Python loop reads every earlier step but
+    keeps it in no running sum the stream could carry."""
+    with pytest.raises(PaddingError, match=r"Positional '1'.*depends on where a time step"):
         StreamingModule(nn.Sequential(pn.Conv1d(2, 4, 3, padding="causal"), Positional()))(
             torch.randn(1, 2, 8)
         )
+    with pytest.raises(PaddingError, match=r"Decay '1'.*reads every earlier input.*another way"):
+        StreamingModule(nn.Sequential(pn.Conv1d(2, 4, 3, padding="causal"), Decay()))(
+            torch.randn(1, 2, 8)
+        )
+
+
+class Decay(nn.Module):
+    """y[t] = 0.9 y[t-1] + x[t], one time step at a time."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        ys, y = [], torch.zeros_like(x[..., 0])
+        for t in range(x.shape[-1]):
+            y = 0.9 * y + x[..., t]
+            ys.append(y)
+        return torch.stack(ys, -1)
+
+
+class CumulativeNorm(nn.Module):
+    """Conv-TasNet's cumulative layer norm: each step normalised by the mean and variance
+    of every value so far (running sums over time, a count made with ``arange``)."""
+
+    def __init__(self, c: int) -> None:
+        super().__init__()
+        self.gamma = nn.Parameter(torch.ones(1, c, 1) * 1.2)
+        self.beta = nn.Parameter(torch.full((1, c, 1), 0.1))
+
+    def forward(self, x: Tensor) -> Tensor:
+        c, t = x.shape[1], x.shape[2]
+        cum_sum = torch.cumsum(x.sum(1, keepdim=True), dim=-1)
+        cum_pow = x.pow(2).sum(1, keepdim=True).cumsum(-1)
+        count = torch.arange(start=c, end=c * (t + 1), step=c, dtype=x.dtype).view(1, 1, -1)
+        mean = cum_sum / count
+        var = cum_pow / count - mean.pow(2)
+        return self.gamma * (x - mean) / (var + 1e-8).sqrt() + self.beta
+
+
+class ChannelRamp(nn.Module):
+    """A running mean over time, weighted per channel by ``arange`` over the channels."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        w = torch.arange(x.shape[1], dtype=x.dtype).view(1, -1, 1) + 1
+        n = torch.arange(1, x.shape[-1] + 1, dtype=x.dtype)
+        return w * x.cumsum(-1) / n
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_cumulative_modules_stream_with_their_running_sums_carried(dtype: torch.dtype) -> None:
+    """A cumulative layer norm between causal convs and a running mean behind a stride-2 conv:
+    every chunking, at batch 2, equals the full run, over 400 samples."""
+    torch.manual_seed(5)
+    net = (
+        nn.Sequential(
+            pn.Conv1d(2, 8, 3, padding="causal"),
+            CumulativeNorm(8),
+            nn.PReLU(),
+            pn.Conv1d(8, 8, 4, stride=2, padding="causal"),
+            RunningMean(),
+        )
+        .eval()
+        .to(dtype)
+    )
+    sm = StreamingModule(net)
+    x = torch.randn(2, 2, 400, dtype=dtype)
+    tol = {"rtol": 1e-4, "atol": 1e-4} if dtype == torch.float32 else {}
+    with torch.no_grad():
+        full = net(x)
+        for chunks in sizes(400, 2):
+            torch.testing.assert_close(stream(sm, x, chunks), full, **tol)
+    assert set(sm._cumulative) == {"1", "4"}
+
+
+def test_a_cumulative_module_is_checked_at_each_new_chunk_length() -> None:
+    """Whether an ``arange`` counts time steps is known by its length only: at a chunk of
+    as many time steps as there are channels, the channels' ``arange`` would be offset too.
+    The check before that chunk length's first step refuses it, naming the module; other
+    lengths stream exactly."""
+    torch.manual_seed(6)
+    net = nn.Sequential(pn.Conv1d(2, 8, 1), ChannelRamp()).eval()
+    sm = StreamingModule(net)
+    x = torch.randn(1, 2, 40)
+    with torch.no_grad():
+        torch.testing.assert_close(stream(sm, x, [5] * 8), net(x))
+        with pytest.raises(PaddingError, match=r"ChannelRamp '1' on chunks giving it 8 time"):
+            stream(sm, x, [8] * 5)
 
 
 def test_lookahead_streams_do_not_take_windows() -> None:

@@ -44,6 +44,7 @@ from torch import Tensor, nn
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
 from ..spec import PaddingError
+from ._cumulative import cumulative_differs
 
 __all__ = ["ModelRaised", "model_raised", "probe_lengths", "probe_stream", "unchanged"]
 
@@ -651,7 +652,7 @@ class _Probe:
             return False
         if found.window is None and (found.q <= found.p or found.back is not None):
             return False  # it reads later time steps: no window of earlier ones serves
-        if label == "<model>" or label in stream._windows or i > 0:
+        if label == "<model>" or label in stream._windows or label in stream._cumulative or i > 0:
             return False
         if label in self.window_refusals:
             return False
@@ -670,7 +671,7 @@ class _Probe:
         (out_axis,) = out_axes
         if out_axis is None or out_axis == _AMBIGUOUS:
             return False
-        inside = [*stream._plans, *stream._rnn_plans, *stream._windows]
+        inside = [*stream._plans, *stream._rnn_plans, *stream._windows, *stream._cumulative]
         if any(n.startswith(label + ".") for n in inside):
             return False
         window = found.window
@@ -685,8 +686,10 @@ class _Probe:
                 again = measure(module, (longer,), {}, [in_axis], [out_axis])
             except Exception:  # pragma: no cover - the refusal names the first finding
                 return False
-            if not isinstance(again, _Finding) or again.window is None:
+            if not isinstance(again, _Finding):
                 return False
+            if again.window is None:  # every earlier time step: its running sums carried
+                return self.cumulative(label, module, args[0], in_axis, out_axis)
             window, x = again.window, longer
         else:
             x = args[0]
@@ -695,6 +698,25 @@ class _Probe:
             self.window_refusals[label] = why
             return False
         stream._add_window(label, window, in_axis, out_axis)
+        return True
+
+    def cumulative(
+        self, label: str, module: nn.Module, x: Tensor, in_axis: int, out_axis: int
+    ) -> bool:
+        """Stream ``module`` (measured to read every earlier time step) with its cumulative
+        ops carried, where its recorded input ``x`` streamed so in chunks of 1, 7, 3 and the
+        rest gives its full run (``_cumulative.py``): True where it now does."""
+        dup = _float64_copy(module)
+        run = dup if dup is not None else module
+        xx = x.double() if dup is not None and x.is_floating_point() else x
+        steps = int(x.shape[in_axis])
+        sizes = [k for k in (1, 7, 3) if k < steps]
+        sizes.append(steps - sum(sizes))
+        why = cumulative_differs(run, xx, in_axis, out_axis, sizes)
+        if why is not None:
+            self.window_refusals[label] = f"its output t reads every earlier input, and {why}"
+            return False
+        self.stream._add_cumulative(label, in_axis, out_axis, x.detach().clone())
         return True
 
     def try_window(self, key: int) -> bool:
@@ -721,7 +743,7 @@ class _Probe:
             return False
         name = self.rec.names[key]
         stream = self.stream
-        inside = [*stream._plans, *stream._rnn_plans, *stream._windows]
+        inside = [*stream._plans, *stream._rnn_plans, *stream._windows, *stream._cumulative]
         if name == "<model>" or any(n == name or n.startswith(name + ".") for n in inside):
             return False  # (before measuring: a module holding streamed layers never qualifies)
         try:

@@ -73,6 +73,7 @@ from ..op import max_pad_fill
 from ..spec import PaddingError
 from ._catalog import _BATCH_NORMS, _HOLDERS, _MEASURED, _REFUSED, elementwise, refused_norm
 from ._check import ModelRaised, model_raised, probe_lengths, probe_stream, unchanged
+from ._cumulative import CumulativePlan, cumulative_differs, run_cumulative
 from ._hold import HeldBuffer, HoldSchedule, held_count, measure_schedule
 from ._lookahead import Clocks, make_clocks
 from ._ops import (
@@ -142,6 +143,12 @@ def _window_call(self: Any, x: Any = None, *args: Any, **kwargs: Any) -> Any:
     """A windowed module's stand-in ``__call__`` (and ``forward``)."""
     runner, plan, layer = self._padkit_stream
     return runner._call_window(plan, layer, x, args, kwargs)
+
+
+def _cumulative_call(self: Any, x: Any = None, *args: Any, **kwargs: Any) -> Any:
+    """A cumulative module's stand-in ``__call__`` (and ``forward``)."""
+    runner, plan, layer = self._padkit_stream
+    return runner._call_cumulative(plan, layer, x, args, kwargs)
 
 
 def _recurrent_call(self: Any, *args: Any, **kwargs: Any) -> Any:
@@ -324,6 +331,9 @@ class StreamingModule(nn.Module):
         # modules measured (before the first step) to read a window of earlier time steps:
         # each runs on its last input samples (kept in the state) and the chunk
         self._windows: dict[str, WindowPlan] = {}
+        # modules measured to read every earlier time step, streamed with their cumulative
+        # ops carried (``_cumulative.py``)
+        self._cumulative: dict[str, CumulativePlan] = {}
         self._stand_ins: dict[int, nn.Module] = {}  # by id(layer), while scanning only
         # (parent, attribute, layer, stand-in) for every place a streamed layer is registered
         self._slots: list[tuple[nn.Module, str, nn.Module, nn.Module]] = []
@@ -391,6 +401,7 @@ class StreamingModule(nn.Module):
         state.setdefault("_holds", {})
         state.setdefault("_held_outs", {})
         state.setdefault("_windows", {})
+        state.setdefault("_cumulative", {})
         state["_hold_memo"] = None
         state.pop("_hold_hop", None)  # an int, once kept under the method's name
         if "_clocks" not in state:  # pickles made before strided lookahead
@@ -403,9 +414,8 @@ class StreamingModule(nn.Module):
                 state["_clocks"] = make_clocks(plans, dict.fromkeys(plans, one), one, delay)
         super().__setstate__(state)  # type: ignore[no-untyped-call]
         self._lock = threading.RLock()
-        names = {
-            id(self._layer_by_name(n)): n for n in [*self._plans, *self._rnn_plans, *self._windows]
-        }
+        streamed = [*self._plans, *self._rnn_plans, *self._windows, *self._cumulative]
+        names = {id(self._layer_by_name(n)): n for n in streamed}
         slots = []
         for parent, key, layer, _ in self._slots:
             slots.append((parent, key, layer, self._stand_in_of(names[id(layer)], layer)))
@@ -419,7 +429,93 @@ class StreamingModule(nn.Module):
             return make_stand_in(self, self._rnn_plans[label], layer, _recurrent_call)
         if label in self._windows:
             return make_stand_in(self, self._windows[label], layer, _window_call)
+        if label in self._cumulative:
+            return make_stand_in(self, self._cumulative[label], layer, _cumulative_call)
         return make_stand_in(self, self._plans[label], layer, _layer_call)
+
+    def _add_cumulative(self, label: str, in_axis: int, out_axis: int, probe: Tensor) -> None:
+        """Stream the module ``label`` with its cumulative ops carried (``_cumulative.py``;
+        ``probe``: its input in the self-check's full run)."""
+        layer = self._layer_by_name(label)
+        self._cumulative[label] = CumulativePlan(label, in_axis, out_axis, probe)
+        self._install(label, layer)
+
+    def _install(self, label: str, layer: nn.Module) -> None:
+        """Stand-ins for ``layer`` wherever the model registers it."""
+        stand_in = self._stand_in_of(label, layer)
+        for parent in self.model.modules():
+            for key, child in parent._modules.items():
+                if child is layer:
+                    self._slots.append((parent, key, layer, stand_in))
+        self._checked.clear()  # other input shapes: probe them with the stand-in too
+
+    def _call_cumulative(
+        self, plan: CumulativePlan, layer: nn.Module, x: Any, args: tuple[Any, ...], kwargs: Any
+    ) -> Any:
+        """A cumulative module's call: its own forward on ``x`` with its running sums
+        carried from the state and its positions offset by the time steps seen."""
+        ctx = self._ctx
+        if ctx is None:  # pragma: no cover - stand-ins exist only inside a step
+            raise RuntimeError("padkit streaming stand-in called outside a step")
+        what = f"{type(layer).__name__} {plan.name!r}"
+        if args or kwargs or not isinstance(x, Tensor):
+            raise PaddingError(
+                f"StreamingModule: {what} streams with its running sums carried and takes one "
+                f"tensor then, as measured; this step calls it with {1 + len(args)} positional "
+                f"and {len(kwargs)} keyword argument(s)"
+            )
+        if plan.name in ctx.called:
+            raise PaddingError(
+                f"StreamingModule: {what} ran twice in one step; a module streamed with its "
+                "running sums carried needs one state per use (use two modules)"
+            )
+        ctx.called.add(plan.name)
+        dim = plan.in_axis if plan.in_axis >= 0 else x.dim() + plan.in_axis
+        length = int(x.shape[dim])
+        seen_t = ctx.state_in.get(plan.key_pos)
+        seen = int(seen_t) if isinstance(seen_t, Tensor) and seen_t.numel() == 1 else 0
+        carry: list[Tensor | None] = []
+        while plan.key_cum(len(carry)) in ctx.state_in:
+            carry.append(ctx.state_in[plan.key_cum(len(carry))])
+        if length == 0:  # no new time step: an empty output of its shape, the state as it was
+            shape = list(x.shape)
+            shape[dim] = 1
+            out, _ = run_cumulative(layer, x.new_zeros(shape), 1, seen, carry)
+            odim = plan.out_axis if plan.out_axis >= 0 else out.dim() + plan.out_axis
+            return out.narrow(odim, 1, 0)
+        if length not in plan.checked and not ctx.shape_only:
+            attrs = self.__dict__
+            attrs["_in_window"] = attrs.get("_in_window", 0) + 1  # (the self-check's record)
+            try:
+                self._check_cumulative(plan, layer, length)
+            finally:
+                attrs["_in_window"] -= 1
+        out, carry_out = run_cumulative(layer, x, length, seen, carry)
+        ctx.state_out[plan.key_pos] = held_count(seen + length)
+        for k, c in enumerate(carry_out):
+            ctx.state_out[plan.key_cum(k)] = c
+        return out
+
+    def _check_cumulative(self, plan: CumulativePlan, layer: nn.Module, length: int) -> None:
+        """Before a cumulative module's first chunk of ``length`` time steps: its recorded
+        input streamed in such chunks must give its full run (an op of that length that
+        does not act along time would be carried or offset wrongly)."""
+        x = plan.probe
+        steps = int(x.shape[plan.in_axis])
+        reps = max(1, math.ceil(3 * length / max(steps, 1)))
+        if reps > 1:
+            x = torch.cat([x] * reps, plan.in_axis)
+        steps = int(x.shape[plan.in_axis])
+        sizes = [length] * (steps // length) + ([steps % length] if steps % length else [])
+        why = cumulative_differs(layer, x, plan.in_axis, plan.out_axis, sizes)
+        if len(plan.checked) >= 256:
+            plan.checked.clear()
+        plan.checked.add(length)
+        if why is not None:
+            raise PaddingError(
+                f"StreamingModule cannot stream {type(layer).__name__} {plan.name!r} on chunks "
+                f"giving it {length} time steps: {why}"
+            )
 
     def _refuse_windows(self, where: str, why: str) -> None:
         """Raise for ``where`` when a module streams on a window of its input (``why``)."""
@@ -431,19 +527,21 @@ class StreamingModule(nn.Module):
                 f"{plan.reach} input samples, which its state {plan.key!r} {why}; "
                 "start new streams in a state of their own (init_state())"
             )
+        if self._cumulative:
+            cplan = next(iter(self._cumulative.values()))
+            layer = self._layer_by_name(cplan.name)
+            raise PaddingError(
+                f"{where}: {type(layer).__name__} {cplan.name!r} streams with its running sums "
+                f"carried over all time steps seen, for all rows alike ({cplan.key_pos!r}); "
+                "start new streams in a state of their own (init_state())"
+            )
 
     def _add_window(self, label: str, reach: int, in_axis: int, out_axis: int) -> None:
         """Stream the module ``label`` on its last ``reach`` input samples and the chunk
         (measured: its output ``t`` reads its inputs ``t - reach .. t``)."""
         layer = self._layer_by_name(label)
-        plan = WindowPlan(label, reach, in_axis, out_axis)
-        self._windows[label] = plan
-        stand_in = self._stand_in_of(label, layer)
-        for parent in self.model.modules():
-            for key, child in parent._modules.items():
-                if child is layer:
-                    self._slots.append((parent, key, layer, stand_in))
-        self._checked.clear()  # other input shapes: probe them with the window too
+        self._windows[label] = WindowPlan(label, reach, in_axis, out_axis)
+        self._install(label, layer)
 
     def _call_window(
         self, plan: WindowPlan, layer: nn.Module, x: Any, args: tuple[Any, ...], kwargs: Any

@@ -1,0 +1,156 @@
+"""Cumulative modules in a causal stream: a module whose output ``t`` reads every earlier
+input (a cumulative layer norm: running sums over time divided by a count of the steps) is
+run on each chunk with its cumulative ops carried over from the previous chunks.
+
+While such a module's forward runs on a chunk of ``L`` time steps after ``n`` seen:
+
+* ``torch.cumsum`` (or ``Tensor.cumsum``) along an axis of length ``L`` adds the last value
+  of the same call's result on the previous chunk (kept in the state as
+  ``"<name>.cum<k>"``, ``k`` counting the module's cumulative calls per step) to its first
+  step, so that it continues the full run's running sum;
+* ``torch.arange`` of ``L`` values counts positions: it starts ``n`` steps further on, where
+  the full run's positions are.
+
+Whether an op acts along time is known by its length only, so a module is streamed this way
+only after it was run so on its recorded input, in chunks of 1, 7, 3 and the rest, and in
+chunks of each new chunk length a stream gives it, and agreed with its full run
+(:func:`cumulative_differs`); one that does not is refused with that measurement.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+from torch.overrides import TorchFunctionMode
+
+__all__ = ["CumulativeMode", "CumulativePlan", "cumulative_differs", "run_cumulative"]
+
+
+@dataclass
+class CumulativePlan:
+    """A module streamed with its cumulative ops carried (module docstring). ``probe``: its
+    input recorded in the self-check's full run, for the check at each new chunk length."""
+
+    name: str
+    in_axis: int
+    out_axis: int
+    probe: Tensor
+    checked: set[int] = field(default_factory=set)  # chunk lengths checked (or refused)
+
+    @property
+    def key_pos(self) -> str:
+        return f"{self.name}.seen"
+
+    def key_cum(self, k: int) -> str:
+        return f"{self.name}.cum{k}"
+
+
+class CumulativeMode(TorchFunctionMode):
+    """Carries ``cumsum`` and offsets ``arange`` for one call of a cumulative module on a
+    chunk of ``length`` time steps after ``seen`` (module docstring). ``carry_in`` and
+    ``carry_out``: the last value of each cumulative call, by its order in the call."""
+
+    def __init__(self, length: int, seen: int, carry_in: list[Tensor | None]) -> None:
+        super().__init__()
+        self.length, self.seen = length, seen
+        self.carry_in = carry_in
+        self.carry_out: list[Tensor] = []
+
+    def __torch_function__(
+        self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: Any = None
+    ) -> Any:
+        kwargs = dict(kwargs or {})
+        if func is torch.cumsum or func is Tensor.cumsum:
+            return self._cumsum(func, args, kwargs)
+        if func is torch.arange:
+            return self._arange(func, args, kwargs)
+        return func(*args, **kwargs)
+
+    def _cumsum(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        t = args[0]
+        dim = args[1] if len(args) > 1 else kwargs.pop("dim", None)
+        dtype = kwargs.pop("dtype", None)
+        if not isinstance(t, Tensor) or not isinstance(dim, int) or kwargs or len(args) > 2:
+            return func(*args, **({"dim": dim} if dim is not None else {}), dtype=dtype, **kwargs)
+        d = dim if dim >= 0 else t.dim() + dim
+        if not 0 <= d < t.dim() or int(t.shape[d]) != self.length or self.length == 0:
+            return func(t, dim, dtype=dtype)
+        k = len(self.carry_out)
+        carry = self.carry_in[k] if k < len(self.carry_in) else None
+        if dtype is not None:
+            t = t.to(dtype)
+        if carry is not None:
+            t = t.clone()
+            t.narrow(d, 0, 1).add_(carry.to(t.dtype))
+        out = func(t, dim)
+        self.carry_out.append(out.narrow(d, self.length - 1, 1).clone())
+        return out
+
+    def _arange(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        pos = list(args)
+        if len(pos) == 1 and "end" not in kwargs:
+            start, end, step = 0, pos[0], kwargs.pop("step", 1)
+        elif len(pos) <= 3:
+            pos += [kwargs.pop(n) for n in ("start", "end", "step")[len(pos) :] if n in kwargs]
+            if len(pos) < 2:
+                return func(*args, **kwargs)
+            start, end = pos[0], pos[1]
+            step = pos[2] if len(pos) > 2 else 1
+        else:
+            return func(*args, **kwargs)
+        numbers = all(
+            isinstance(v, (int, float)) and not isinstance(v, bool) for v in (start, end, step)
+        )
+        count = max(0, math.ceil((end - start) / step)) if numbers and step != 0 else -1
+        if count == self.length and self.seen:
+            start, end = start + self.seen * step, end + self.seen * step
+        return func(start, end, step, **kwargs)
+
+
+def run_cumulative(
+    module: nn.Module, x: Tensor, length: int, seen: int, carry_in: list[Tensor | None]
+) -> tuple[Any, list[Tensor]]:
+    """``module(x)`` on a chunk of ``length`` time steps after ``seen``, its cumulative ops
+    carried; returns its output and the carries for the next chunk."""
+    mode = CumulativeMode(length, seen, carry_in)
+    with mode:
+        out = module(x)
+    return out, mode.carry_out
+
+
+def cumulative_differs(
+    module: nn.Module, x: Tensor, in_axis: int, out_axis: int, sizes: list[int]
+) -> str | None:
+    """Run ``module`` on ``x`` in chunks of ``sizes`` as a stream runs a cumulative module
+    and compare with its run on all of ``x``; None where they agree, else why not."""
+    rel = 1e-9 if x.dtype == torch.float64 else 1e-4
+    with torch.no_grad():
+        try:
+            full = module(x.clone())
+            outs: list[Any] = []
+            seen = 0
+            carry: list[Tensor] = []
+            for c in torch.split(x, sizes, in_axis):
+                n = int(c.shape[in_axis])
+                out, carry_next = run_cumulative(module, c, n, seen, list[Tensor | None](carry))
+                outs.append(out)
+                carry, seen = carry_next, seen + n
+            got = torch.cat(outs, out_axis)
+        except Exception as err:  # the module refuses a chunk
+            first = str(err).splitlines()[0] if str(err) else type(err).__name__
+            return f"run on chunks with its running sums carried, it raises ({first})"
+    if not isinstance(full, Tensor) or got.shape != full.shape:
+        return "run on chunks with its running sums carried, its output has another shape"
+    d = float((got - full).abs().max())
+    if d > rel * (1.0 + float(full.abs().max())):
+        return (
+            f"run on chunks of {sizes[:4]} samples with its running sums (torch.cumsum) "
+            f"carried and its positions (torch.arange) offset, its output differs from the "
+            f"full run's by {d:.3g}: it keeps earlier time steps in another way (a recurrence, "
+            "a shift, a count not made by torch.arange), which the stream does not carry"
+        )
+    return None
