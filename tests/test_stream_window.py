@@ -119,6 +119,7 @@ def test_windowed_modules_stream_exactly(dtype: torch.dtype, w_avg: int, w_att: 
         "6.hist": 2,
     }
     assert set(sm._windows) == {"1", "3", "6"}
+    assert f"LocalAttention '3': reads a window of {w_att - 1} earlier time steps" in sm.explain()
 
 
 def test_a_stream_with_windows_pickles_and_copies() -> None:
@@ -218,6 +219,9 @@ def test_cumulative_modules_stream_with_their_running_sums_carried(dtype: torch.
         for chunks in sizes(400, 2):
             torch.testing.assert_close(stream(sm, x, chunks), full, **tol)
     assert set(sm._cumulative) == {"1", "4"}
+    table = sm.explain()
+    assert "CumulativeNorm '1': reads every earlier time step (measured)" in table
+    assert "RunningMean '4'" in table and "'4.seen'" in table
 
 
 def test_a_cumulative_module_is_checked_at_each_new_chunk_length() -> None:

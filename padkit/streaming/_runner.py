@@ -1533,7 +1533,9 @@ class StreamingModule(nn.Module):
         """A table of the streamed layers: kernel, stride, dilation, time pads (crops for a
         transposed conv), and in lookahead mode each layer's clock (its input samples per
         model-input sample), how far it reads ahead and the delay it adds, in model-input
-        samples; then the total :attr:`delay` (and :attr:`output_delay`)."""
+        samples; then the total :attr:`delay` (and :attr:`output_delay`), and the modules
+        measured (before the first step) to stream on a window of their last inputs or with
+        their running sums carried."""
         c = self._clocks
         mode = "causal" if not self._lookahead_mode else f"lookahead={self._lookahead!r}"
         rows = [
@@ -1567,6 +1569,19 @@ class StreamingModule(nn.Module):
             )
         elif self._lookahead_mode:
             rows.append("delay: measured on the first input shape (init_state(example=...))")
+        for name, w in self._windows.items():
+            what = type(self._layer_by_name(name)).__name__
+            rows.append(
+                f"{what} {name!r}: reads a window of {w.reach} earlier time steps (measured); "
+                f"streams on its last {w.reach} input samples, state {w.key!r}"
+            )
+        for name, cp in self._cumulative.items():
+            what = type(self._layer_by_name(name)).__name__
+            rows.append(
+                f"{what} {name!r}: reads every earlier time step (measured); streams with its "
+                f"torch.cumsum carried ({cp.key_cum(0)!r}, ...) and its torch.arange positions "
+                f"offset by {cp.key_pos!r}"
+            )
         return "\n".join(rows)
 
     @property
