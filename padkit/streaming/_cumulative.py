@@ -49,6 +49,9 @@ class CumulativePlan:
         return f"{self.name}.cum{k}"
 
 
+_CUMSUM, _TENSOR_CUMSUM, _ARANGE = torch.cumsum, Tensor.cumsum, torch.arange
+
+
 class CumulativeMode(TorchFunctionMode):
     """Carries ``cumsum`` and offsets ``arange`` for one call of a cumulative module on a
     chunk of ``length`` time steps after ``seen`` (module docstring). ``carry_in`` and
@@ -63,12 +66,11 @@ class CumulativeMode(TorchFunctionMode):
     def __torch_function__(
         self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: Any = None
     ) -> Any:
-        kwargs = dict(kwargs or {})
-        if func is torch.cumsum or func is Tensor.cumsum:
-            return self._cumsum(func, args, kwargs)
-        if func is torch.arange:
-            return self._arange(func, args, kwargs)
-        return func(*args, **kwargs)
+        if func is _CUMSUM or func is _TENSOR_CUMSUM:
+            return self._cumsum(func, args, dict(kwargs or {}))
+        if func is _ARANGE:
+            return self._arange(func, args, dict(kwargs or {}))
+        return func(*args, **(kwargs or {}))
 
     def _cumsum(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         t = args[0]
