@@ -487,7 +487,7 @@ class StreamingModule(nn.Module):
             attrs = self.__dict__
             attrs["_in_window"] = attrs.get("_in_window", 0) + 1  # (the self-check's record)
             try:
-                self._check_cumulative(plan, layer, length)
+                self._check_cumulative(plan, layer, length, x)
             finally:
                 attrs["_in_window"] -= 1
         out, carry_out = run_cumulative(layer, x, length, seen, carry)
@@ -496,11 +496,14 @@ class StreamingModule(nn.Module):
             ctx.state_out[plan.key_cum(k)] = c
         return out
 
-    def _check_cumulative(self, plan: CumulativePlan, layer: nn.Module, length: int) -> None:
+    def _check_cumulative(
+        self, plan: CumulativePlan, layer: nn.Module, length: int, chunk: Tensor
+    ) -> None:
         """Before a cumulative module's first chunk of ``length`` time steps: its recorded
-        input streamed in such chunks must give its full run (an op of that length that
-        does not act along time would be carried or offset wrongly)."""
-        x = plan.probe
+        input (in ``chunk``'s dtype and device) streamed in such chunks must give its full
+        run (an op of that length that does not act along time would be carried or offset
+        wrongly)."""
+        x = plan.probe.to(dtype=chunk.dtype, device=chunk.device)
         steps = int(x.shape[plan.in_axis])
         reps = max(1, math.ceil(3 * length / max(steps, 1)))
         if reps > 1:
