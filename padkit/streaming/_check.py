@@ -45,6 +45,7 @@ from torch.utils._pytree import tree_flatten, tree_unflatten
 
 from ..spec import PaddingError
 from ._cumulative import cumulative_differs
+from ._window import LONG_WINDOW_PROBE, chunk_sizes, window_differs
 
 __all__ = ["ModelRaised", "model_raised", "probe_lengths", "probe_stream", "unchanged"]
 
@@ -680,7 +681,7 @@ class _Probe:
             # on its input repeated to a longer sequence, a window may show
             x = args[0]
             steps = int(x.shape[in_axis])
-            reps = max(2, -(-_LONG_WINDOW_PROBE // max(steps, 1)))
+            reps = max(2, -(-LONG_WINDOW_PROBE // max(steps, 1)))
             longer = torch.cat([x] * reps, in_axis)
             try:
                 again = measure(module, (longer,), {}, [in_axis], [out_axis])
@@ -693,7 +694,11 @@ class _Probe:
             window, x = again.window, longer
         else:
             x = args[0]
-        why = _window_differs(module, x, in_axis, out_axis, window)
+        dup = _float64_copy(module)
+        if dup is not None and x.is_floating_point():
+            why = window_differs(dup, x.double(), in_axis, out_axis, window)
+        else:
+            why = window_differs(module, x, in_axis, out_axis, window)
         if why is not None:
             self.window_refusals[label] = why
             return False
@@ -709,10 +714,7 @@ class _Probe:
         dup = _float64_copy(module)
         run = dup if dup is not None else module
         xx = x.double() if dup is not None and x.is_floating_point() else x
-        steps = int(x.shape[in_axis])
-        sizes = [k for k in (1, 7, 3) if k < steps]
-        sizes.append(steps - sum(sizes))
-        why = cumulative_differs(run, xx, in_axis, out_axis, sizes)
+        why = cumulative_differs(run, xx, in_axis, out_axis, chunk_sizes(int(x.shape[in_axis])))
         if why is not None:
             self.window_refusals[label] = f"its output t reads every earlier input, and {why}"
             return False
@@ -1011,56 +1013,6 @@ class _Probe:
             f"Its forward gives {type(layer).__name__} {first[1]!r} {first[2]} time steps for "
             f"its own input's {own}: it pads or crops the time axis in code before that layer. "
         )
-
-
-# the length a module's input is repeated to when its window reaches past the probe
-_LONG_WINDOW_PROBE = 1024
-
-
-def _window_differs(
-    module: nn.Module, x: Tensor, in_axis: int, out_axis: int, window: int
-) -> str | None:
-    """Run ``module`` as a stream runs a windowed module (on its last ``window`` input
-    samples and each chunk of ``x``: 1, 7, 3 samples, then the rest) and compare with its
-    run on all of ``x``; None where they agree, else why not."""
-    dup = _float64_copy(module)
-    run = dup if dup is not None else module
-    if dup is not None and x.is_floating_point():
-        x = x.double()
-    rel = 1e-9 if x.dtype == torch.float64 else 1e-4
-    steps = int(x.shape[in_axis])
-    sizes = [k for k in (1, 7, 3) if k < steps]
-    sizes.append(steps - sum(sizes))
-    with torch.no_grad():
-        try:
-            full = run(x.clone())
-            outs, hist = [], None
-            for c in torch.split(x, sizes, in_axis):
-                h = 0 if hist is None else int(hist.shape[in_axis])
-                xe = c if hist is None else torch.cat([hist, c], in_axis)
-                outs.append(run(xe).narrow(out_axis, h, int(c.shape[in_axis])))
-                total = int(xe.shape[in_axis])
-                hist = xe.narrow(in_axis, total - min(window, total), min(window, total))
-            got = torch.cat(outs, out_axis)
-        except Exception as err:
-            return (
-                f"it reads a window of {window} earlier time steps, but raises when run on "
-                f"one ({_first_line(err)})"
-            )
-    if not isinstance(full, Tensor) or got.shape != full.shape:
-        return (
-            f"it reads a window of {window} earlier time steps, but its output on one has "
-            "another shape"
-        )
-    d = float((got - full).abs().max())
-    if d > rel * (1.0 + float(full.abs().max())):
-        return (
-            f"its output t reads its inputs t - {window} .. t, but run on its last {window} "
-            f"input samples and a chunk, as a stream runs it, its output differs from the full "
-            f"run's by {d:.3g}: it depends on where a time step sits or on how many there are "
-            "(a positional encoding, a scale by the length)"
-        )
-    return None
 
 
 class _Retry(Exception):

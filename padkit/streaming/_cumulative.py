@@ -20,6 +20,8 @@ chunks of each new chunk length a stream gives it, and agreed with its full run
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,7 +29,18 @@ import torch
 from torch import Tensor, nn
 from torch.overrides import TorchFunctionMode
 
-__all__ = ["CumulativeMode", "CumulativePlan", "cumulative_differs", "run_cumulative"]
+from ..spec import PaddingError
+from ._hold import held_count
+from ._state import _Context, claim_call
+from ._window import mismatch
+
+__all__ = [
+    "CumulativeMode",
+    "CumulativePlan",
+    "cumulative_differs",
+    "cumulative_step",
+    "run_cumulative",
+]
 
 
 @dataclass
@@ -129,7 +142,6 @@ def cumulative_differs(
 ) -> str | None:
     """Run ``module`` on ``x`` in chunks of ``sizes`` as a stream runs a cumulative module
     and compare with its run on all of ``x``; None where they agree, else why not."""
-    rel = 1e-9 if x.dtype == torch.float64 else 1e-4
     with torch.no_grad():
         try:
             full = module(x.clone())
@@ -145,10 +157,10 @@ def cumulative_differs(
         except Exception as err:  # the module refuses a chunk
             first = str(err).splitlines()[0] if str(err) else type(err).__name__
             return f"run on chunks with its running sums carried, it raises ({first})"
-    if not isinstance(full, Tensor) or got.shape != full.shape:
+    d = mismatch(full, got)
+    if d == math.inf:
         return "run on chunks with its running sums carried, its output has another shape"
-    d = float((got - full).abs().max())
-    if d > rel * (1.0 + float(full.abs().max())):
+    if d is not None:
         return (
             f"run on chunks of {sizes[:4]} samples with its running sums (torch.cumsum) "
             f"carried and its positions (torch.arange) offset, its output differs from the "
@@ -156,3 +168,62 @@ def cumulative_differs(
             "a shift, a count not made by torch.arange), which the stream does not carry"
         )
     return None
+
+
+def cumulative_step(
+    plan: CumulativePlan,
+    layer: nn.Module,
+    x: Any,
+    args: tuple[Any, ...],
+    kwargs: Any,
+    ctx: _Context,
+    quiet: Callable[[], AbstractContextManager[None]],
+) -> Any:
+    """A cumulative module's call in a step: its own forward on ``x`` with its running sums
+    carried from the state and its positions offset by the time steps seen. ``quiet``: the
+    context its check at a new chunk length goes in (the self-check's record skips it)."""
+    what = f"{type(layer).__name__} {plan.name!r}"
+    claim_call(ctx, plan.name, what, "with its running sums carried", x, args, kwargs)
+    dim = plan.in_axis if plan.in_axis >= 0 else x.dim() + plan.in_axis
+    length = int(x.shape[dim])
+    seen_t = ctx.state_in.get(plan.key_pos)
+    seen = int(seen_t) if isinstance(seen_t, Tensor) and seen_t.numel() == 1 else 0
+    carry: list[Tensor | None] = []
+    while plan.key_cum(len(carry)) in ctx.state_in:
+        carry.append(ctx.state_in[plan.key_cum(len(carry))])
+    if length == 0:  # no new time step: an empty output of its shape, the state as it was
+        shape = list(x.shape)
+        shape[dim] = 1
+        out, _ = run_cumulative(layer, x.new_zeros(shape), 1, seen, carry)
+        odim = plan.out_axis if plan.out_axis >= 0 else out.dim() + plan.out_axis
+        return out.narrow(odim, 1, 0)
+    if length not in plan.checked and not ctx.shape_only:
+        with quiet():
+            check_length(plan, layer, length, x)
+    out, carry_out = run_cumulative(layer, x, length, seen, carry)
+    ctx.state_out[plan.key_pos] = held_count(seen + length)
+    for k, c in enumerate(carry_out):
+        ctx.state_out[plan.key_cum(k)] = c
+    return out
+
+
+def check_length(plan: CumulativePlan, layer: nn.Module, length: int, chunk: Tensor) -> None:
+    """Before a cumulative module's first chunk of ``length`` time steps: its recorded input
+    (in ``chunk``'s dtype and device) streamed in such chunks must give its full run (an op
+    of that length that does not act along time would be carried or offset wrongly)."""
+    x = plan.probe.to(dtype=chunk.dtype, device=chunk.device)
+    steps = int(x.shape[plan.in_axis])
+    reps = max(1, math.ceil(3 * length / max(steps, 1)))
+    if reps > 1:
+        x = torch.cat([x] * reps, plan.in_axis)
+    steps = int(x.shape[plan.in_axis])
+    sizes = [length] * (steps // length) + ([steps % length] if steps % length else [])
+    why = cumulative_differs(layer, x, plan.in_axis, plan.out_axis, sizes)
+    if len(plan.checked) >= 256:
+        plan.checked.clear()
+    plan.checked.add(length)
+    if why is not None:
+        raise PaddingError(
+            f"StreamingModule cannot stream {type(layer).__name__} {plan.name!r} on chunks "
+            f"giving it {length} time steps: {why}"
+        )

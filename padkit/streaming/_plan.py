@@ -67,23 +67,6 @@ LEAN_OVERLAP = 3
 
 
 @dataclass(frozen=True)
-class WindowPlan:
-    """A module measured to read a window of earlier time steps (its output ``t`` depends on
-    its inputs ``t - reach .. t``): a step runs it on its last ``reach`` input samples, kept
-    in the state as ``"<name>.hist"``, and the chunk, and keeps the outputs of the chunk's
-    time steps. ``in_axis``/``out_axis``: the time axis of its input and output."""
-
-    name: str
-    reach: int
-    in_axis: int
-    out_axis: int
-
-    @property
-    def key(self) -> str:
-        return f"{self.name}.hist"
-
-
-@dataclass(frozen=True)
 class _Plan:
     """How one conv, pool or transposed conv streams along the time axis."""
 

@@ -61,7 +61,8 @@ from __future__ import annotations
 
 import math
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from fractions import Fraction
 from typing import Any
 
@@ -73,7 +74,7 @@ from ..op import max_pad_fill
 from ..spec import PaddingError
 from ._catalog import _BATCH_NORMS, _HOLDERS, _MEASURED, _REFUSED, elementwise, refused_norm
 from ._check import ModelRaised, model_raised, probe_lengths, probe_stream, unchanged
-from ._cumulative import CumulativePlan, cumulative_differs, run_cumulative
+from ._cumulative import CumulativePlan, cumulative_step
 from ._hold import HeldBuffer, HoldSchedule, held_count, measure_schedule
 from ._lookahead import Clocks, make_clocks
 from ._ops import (
@@ -90,7 +91,6 @@ from ._plan import (
     LEAN_OVERLAP,
     LEAN_SIMPLE,
     LEAN_WINDOW,
-    WindowPlan,
     _Plan,
     _plan_layer,
     weight_hooks,
@@ -110,10 +110,12 @@ from ._state import (
     _STARTUP_KEY,
     StreamState,
     _Context,
+    check_continues,
     fresh_entries,
 )
 from ._step_export import StreamingStep, export_onnx, step_module
 from ._verify import verify
+from ._window import WindowPlan, window_step
 from .convert import _KeywordTolerant
 
 __all__ = ["StreamingModule", "StreamingStep"]
@@ -139,16 +141,11 @@ def _layer_call(self: Any, x: Any = None, *args: Any, **kwargs: Any) -> Any:
     return runner._call_layer(plan, layer, x, args, kwargs)
 
 
-def _window_call(self: Any, x: Any = None, *args: Any, **kwargs: Any) -> Any:
-    """A windowed module's stand-in ``__call__`` (and ``forward``)."""
+def _measured_call(self: Any, x: Any = None, *args: Any, **kwargs: Any) -> Any:
+    """The stand-in ``__call__`` (and ``forward``) of a module measured to stream on a window
+    or with its running sums carried."""
     runner, plan, layer = self._padkit_stream
-    return runner._call_window(plan, layer, x, args, kwargs)
-
-
-def _cumulative_call(self: Any, x: Any = None, *args: Any, **kwargs: Any) -> Any:
-    """A cumulative module's stand-in ``__call__`` (and ``forward``)."""
-    runner, plan, layer = self._padkit_stream
-    return runner._call_cumulative(plan, layer, x, args, kwargs)
+    return runner._call_measured(plan, layer, x, args, kwargs)
 
 
 def _recurrent_call(self: Any, *args: Any, **kwargs: Any) -> Any:
@@ -428,9 +425,9 @@ class StreamingModule(nn.Module):
         if label in self._rnn_plans:
             return make_stand_in(self, self._rnn_plans[label], layer, _recurrent_call)
         if label in self._windows:
-            return make_stand_in(self, self._windows[label], layer, _window_call)
+            return make_stand_in(self, self._windows[label], layer, _measured_call)
         if label in self._cumulative:
-            return make_stand_in(self, self._cumulative[label], layer, _cumulative_call)
+            return make_stand_in(self, self._cumulative[label], layer, _measured_call)
         return make_stand_in(self, self._plans[label], layer, _layer_call)
 
     def _add_cumulative(self, label: str, in_axis: int, out_axis: int, probe: Tensor) -> None:
@@ -448,77 +445,6 @@ class StreamingModule(nn.Module):
                 if child is layer:
                     self._slots.append((parent, key, layer, stand_in))
         self._checked.clear()  # other input shapes: probe them with the stand-in too
-
-    def _call_cumulative(
-        self, plan: CumulativePlan, layer: nn.Module, x: Any, args: tuple[Any, ...], kwargs: Any
-    ) -> Any:
-        """A cumulative module's call: its own forward on ``x`` with its running sums
-        carried from the state and its positions offset by the time steps seen."""
-        ctx = self._ctx
-        if ctx is None:  # pragma: no cover - stand-ins exist only inside a step
-            raise RuntimeError("padkit streaming stand-in called outside a step")
-        what = f"{type(layer).__name__} {plan.name!r}"
-        if args or kwargs or not isinstance(x, Tensor):
-            raise PaddingError(
-                f"StreamingModule: {what} streams with its running sums carried and takes one "
-                f"tensor then, as measured; this step calls it with {1 + len(args)} positional "
-                f"and {len(kwargs)} keyword argument(s)"
-            )
-        if plan.name in ctx.called:
-            raise PaddingError(
-                f"StreamingModule: {what} ran twice in one step; a module streamed with its "
-                "running sums carried needs one state per use (use two modules)"
-            )
-        ctx.called.add(plan.name)
-        dim = plan.in_axis if plan.in_axis >= 0 else x.dim() + plan.in_axis
-        length = int(x.shape[dim])
-        seen_t = ctx.state_in.get(plan.key_pos)
-        seen = int(seen_t) if isinstance(seen_t, Tensor) and seen_t.numel() == 1 else 0
-        carry: list[Tensor | None] = []
-        while plan.key_cum(len(carry)) in ctx.state_in:
-            carry.append(ctx.state_in[plan.key_cum(len(carry))])
-        if length == 0:  # no new time step: an empty output of its shape, the state as it was
-            shape = list(x.shape)
-            shape[dim] = 1
-            out, _ = run_cumulative(layer, x.new_zeros(shape), 1, seen, carry)
-            odim = plan.out_axis if plan.out_axis >= 0 else out.dim() + plan.out_axis
-            return out.narrow(odim, 1, 0)
-        if length not in plan.checked and not ctx.shape_only:
-            attrs = self.__dict__
-            attrs["_in_window"] = attrs.get("_in_window", 0) + 1  # (the self-check's record)
-            try:
-                self._check_cumulative(plan, layer, length, x)
-            finally:
-                attrs["_in_window"] -= 1
-        out, carry_out = run_cumulative(layer, x, length, seen, carry)
-        ctx.state_out[plan.key_pos] = held_count(seen + length)
-        for k, c in enumerate(carry_out):
-            ctx.state_out[plan.key_cum(k)] = c
-        return out
-
-    def _check_cumulative(
-        self, plan: CumulativePlan, layer: nn.Module, length: int, chunk: Tensor
-    ) -> None:
-        """Before a cumulative module's first chunk of ``length`` time steps: its recorded
-        input (in ``chunk``'s dtype and device) streamed in such chunks must give its full
-        run (an op of that length that does not act along time would be carried or offset
-        wrongly)."""
-        x = plan.probe.to(dtype=chunk.dtype, device=chunk.device)
-        steps = int(x.shape[plan.in_axis])
-        reps = max(1, math.ceil(3 * length / max(steps, 1)))
-        if reps > 1:
-            x = torch.cat([x] * reps, plan.in_axis)
-        steps = int(x.shape[plan.in_axis])
-        sizes = [length] * (steps // length) + ([steps % length] if steps % length else [])
-        why = cumulative_differs(layer, x, plan.in_axis, plan.out_axis, sizes)
-        if len(plan.checked) >= 256:
-            plan.checked.clear()
-        plan.checked.add(length)
-        if why is not None:
-            raise PaddingError(
-                f"StreamingModule cannot stream {type(layer).__name__} {plan.name!r} on chunks "
-                f"giving it {length} time steps: {why}"
-            )
 
     def _refuse_windows(self, where: str, why: str) -> None:
         """Raise for ``where`` when a module streams on a window of its input (``why``)."""
@@ -546,66 +472,33 @@ class StreamingModule(nn.Module):
         self._windows[label] = WindowPlan(label, reach, in_axis, out_axis)
         self._install(label, layer)
 
-    def _call_window(
-        self, plan: WindowPlan, layer: nn.Module, x: Any, args: tuple[Any, ...], kwargs: Any
+    def _call_measured(
+        self,
+        plan: WindowPlan | CumulativePlan,
+        layer: nn.Module,
+        x: Any,
+        args: tuple[Any, ...],
+        kwargs: Any,
     ) -> Any:
-        """A windowed module's call: its own forward on its last input samples (the state's
-        ``"<name>.hist"``) and ``x``; returns the outputs of ``x``'s time steps."""
+        """The call of a module measured to stream on a window (``_window.py``) or with its
+        running sums carried (``_cumulative.py``)."""
         ctx = self._ctx
         if ctx is None:  # pragma: no cover - stand-ins exist only inside a step
             raise RuntimeError("padkit streaming stand-in called outside a step")
-        what = f"{type(layer).__name__} {plan.name!r}"
-        if args or kwargs or not isinstance(x, Tensor):
-            raise PaddingError(
-                f"StreamingModule: {what} streams on a window of its last {plan.reach} input "
-                "samples and takes one tensor then, as measured; this step calls it with "
-                f"{1 + len(args)} positional and {len(kwargs)} keyword argument(s)"
-            )
-        if plan.name in ctx.called:
-            raise PaddingError(
-                f"StreamingModule: {what} ran twice in one step; a module streamed on a window "
-                "of its input needs one state per use (use two modules)"
-            )
-        ctx.called.add(plan.name)
-        dim = plan.in_axis if plan.in_axis >= 0 else x.dim() + plan.in_axis
-        hist = ctx.state_in.get(plan.key)
-        if hist is not None:
-            _check_continues(plan.key, hist, x, dim, "as the window its next outputs read")
-        h = int(hist.shape[dim]) if hist is not None else 0
-        if x.shape[dim] == 0:
-            # no new time step (a strided layer before it is between outputs): its output
-            # on a zero window, for the shape of an empty one; the history stays
-            if hist is not None:
-                ctx.state_out[plan.key] = hist
-            shape = list(x.shape)
-            shape[dim] = plan.reach + 1
-            x, h = x.new_zeros(shape), plan.reach + 1
-            hist = None
-        xe = torch.cat([hist, x], dim) if hist is not None and h else x
+        if isinstance(plan, WindowPlan):
+            return window_step(plan, layer, x, args, kwargs, ctx, self._quiet)
+        return cumulative_step(plan, layer, x, args, kwargs, ctx, self._quiet)
+
+    @contextmanager
+    def _quiet(self) -> Iterator[None]:
+        """Calls the self-check's record skips: a windowed module's run on its history and
+        the chunk, a cumulative module's check at a new chunk length."""
         attrs = self.__dict__
         attrs["_in_window"] = attrs.get("_in_window", 0) + 1
         try:
-            out = type(layer).__call__(layer, xe)
+            yield
         finally:
             attrs["_in_window"] -= 1
-        total = int(xe.shape[dim])
-        if isinstance(out, Tensor):
-            odim = plan.out_axis if plan.out_axis >= 0 else out.dim() + plan.out_axis
-            ok = 0 <= odim < out.dim() and int(out.shape[odim]) == total
-        else:
-            ok = False
-        if not ok:
-            got = tuple(out.shape) if isinstance(out, Tensor) else type(out).__name__
-            raise PaddingError(
-                f"StreamingModule: {what} streams on a window of its last {plan.reach} input "
-                f"samples; on {total} time steps it returned {got}, not one tensor of "
-                f"{total} time steps on axis {plan.out_axis} as measured"
-            )
-        if h == total:  # (the zero window above)
-            return out.narrow(odim, total, 0)
-        keep = min(plan.reach, total)
-        ctx.state_out[plan.key] = xe.narrow(dim, total - keep, keep).clone()
-        return out.narrow(odim, h, total - h)
 
     # ------------------------------------------------------------------ model scan
 
@@ -1022,7 +915,7 @@ class StreamingModule(nn.Module):
         if pending is not None or (self._has_reflect() and self._at_start(state)):
             dim = self.axis if self.axis >= 0 else chunk.dim() + self.axis
             if pending is not None:
-                _check_continues(_STARTUP_KEY, pending, chunk, dim, "until the stream starts")
+                check_continues(_STARTUP_KEY, pending, chunk, dim, "until the stream starts")
                 x = torch.cat([pending, chunk], dim)
             if not final and x.shape[dim] < self._startup_samples(chunk):
                 ctx = _Context(state_in=state, lazy=lazy, chunk=_described(chunk))
@@ -1034,7 +927,7 @@ class StreamingModule(nn.Module):
         waiting = self._held_input(state)
         if waiting is not None:
             dim = self.axis if self.axis >= 0 else chunk.dim() + self.axis
-            _check_continues(_HELD_KEY, waiting, chunk, dim, "until it completes an output")
+            check_continues(_HELD_KEY, waiting, chunk, dim, "until it completes an output")
             x = torch.cat([waiting, chunk], dim) if chunk.shape[dim] else waiting
             state = {k: v for k, v in state.items() if k not in (_HELD_KEY, _HELD_COUNT_KEY)}
         if not final and not lazy:
@@ -1394,7 +1287,7 @@ class StreamingModule(nn.Module):
         clocks = self._clocks_for(chunk)
         held = state.get(_INPUT_KEY)
         if held is not None:
-            _check_continues(_INPUT_KEY, held, chunk, dim, "that no output has committed yet")
+            check_continues(_INPUT_KEY, held, chunk, dim, "that no output has committed yet")
         pos_t = state.get(_POS_KEY)
         n_prev = int(pos_t) if pos_t is not None else 0
         x = chunk if held is None or held.shape[dim] == 0 else torch.cat([held, chunk], dim)
@@ -2253,29 +2146,6 @@ def _advanced(ctx: _Context, pos: Tensor, length: int) -> Tensor:
         new = ctx.advanced[key] = pos.add(length)  # the method: __add__ is a Python wrapper
         ctx.advanced[(id(new), -1)] = pos  # keeps ``pos`` alive, so its id stays unique
     return new
-
-
-def _check_continues(key: str, held: Tensor, chunk: Tensor, dim: int, until: str) -> None:
-    """Refuse a chunk that does not continue the input the state ``key`` holds (a ``cat``
-    would raise from torch, or promote the dtype and run the model on another one)."""
-    if not _continues(held, chunk, dim):
-        raise PaddingError(
-            f"step(): state {key!r} holds input of shape {tuple(held.shape)} ({held.dtype}, "
-            f"{held.device}) {until}; the chunk of shape {tuple(chunk.shape)} ({chunk.dtype}, "
-            f"{chunk.device}) does not continue it. Pass the state returned by the previous "
-            "step, or chunks of the stream's shape (but time), dtype and device"
-        )
-
-
-def _continues(held: Tensor, chunk: Tensor, dim: int) -> bool:
-    """Whether ``chunk`` continues the held input along the time axis ``dim``."""
-    return (
-        chunk.dim() == held.dim()
-        and chunk.shape[:dim] == held.shape[:dim]
-        and chunk.shape[dim + 1 :] == held.shape[dim + 1 :]
-        and chunk.dtype == held.dtype
-        and chunk.device == held.device
-    )
 
 
 def _described(chunk: Any) -> tuple[tuple[int, ...], torch.dtype, torch.device] | None:

@@ -11,6 +11,7 @@ import torch
 from torch import Tensor
 
 from ..op import max_pad_fill
+from ..spec import PaddingError
 from ._plan import _Plan
 
 StreamState = dict[str, Tensor]
@@ -105,3 +106,45 @@ def fresh_entries(
         if shared is not None:
             shared[key] = pos
     return {plan.key_buf: buf, plan.key_pos: pos}
+
+
+def check_continues(key: str, held: Tensor, chunk: Tensor, dim: int, until: str) -> None:
+    """Refuse a chunk that does not continue the input the state ``key`` holds (a ``cat``
+    would raise from torch, or promote the dtype and run the model on another one)."""
+    if not continues(held, chunk, dim):
+        raise PaddingError(
+            f"step(): state {key!r} holds input of shape {tuple(held.shape)} ({held.dtype}, "
+            f"{held.device}) {until}; the chunk of shape {tuple(chunk.shape)} ({chunk.dtype}, "
+            f"{chunk.device}) does not continue it. Pass the state returned by the previous "
+            "step, or chunks of the stream's shape (but time), dtype and device"
+        )
+
+
+def continues(held: Tensor, chunk: Tensor, dim: int) -> bool:
+    """Whether ``chunk`` continues the held input along the time axis ``dim``."""
+    return (
+        chunk.dim() == held.dim()
+        and chunk.shape[:dim] == held.shape[:dim]
+        and chunk.shape[dim + 1 :] == held.shape[dim + 1 :]
+        and chunk.dtype == held.dtype
+        and chunk.device == held.device
+    )
+
+
+def claim_call(
+    ctx: _Context, name: str, what: str, how: str, x: Any, args: tuple[Any, ...], kwargs: Any
+) -> None:
+    """A measured module's stand-in (``how``: the way it streams) takes one tensor, once a
+    step: raise where this call is another, else mark the module called in ``ctx``."""
+    if args or kwargs or not isinstance(x, Tensor):
+        raise PaddingError(
+            f"StreamingModule: {what} streams {how} and takes one tensor then, as measured; "
+            f"this step calls it with {1 + len(args)} positional and {len(kwargs)} keyword "
+            "argument(s)"
+        )
+    if name in ctx.called:
+        raise PaddingError(
+            f"StreamingModule: {what} ran twice in one step; a module that streams {how} "
+            "needs one state per use (use two modules)"
+        )
+    ctx.called.add(name)

@@ -1,0 +1,162 @@
+"""Windows of earlier time steps in a causal stream: a module measured to read its inputs
+``t - w .. t`` for its output ``t`` (a moving average, causal local attention written with a
+banded mask) runs on each step on its last ``w`` input samples, kept in the state as
+``"<name>.hist"``, and the chunk; the step keeps the outputs of the chunk's time steps.
+
+Before a window is taken the module is run that way on its recorded input
+(:func:`window_differs`); the measurement that finds the window is ``_check.measure``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from ..spec import PaddingError
+from ._state import _Context, check_continues, claim_call
+
+__all__ = [
+    "LONG_WINDOW_PROBE",
+    "WindowPlan",
+    "chunk_sizes",
+    "mismatch",
+    "window_differs",
+    "window_step",
+]
+
+# the length a module's input is repeated to when its window reaches past the probe
+LONG_WINDOW_PROBE = 1024
+
+
+@dataclass(frozen=True)
+class WindowPlan:
+    """A module measured to read a window of earlier time steps (its output ``t`` depends on
+    its inputs ``t - reach .. t``). ``in_axis``/``out_axis``: the time axis of its input and
+    output."""
+
+    name: str
+    reach: int
+    in_axis: int
+    out_axis: int
+
+    @property
+    def key(self) -> str:
+        return f"{self.name}.hist"
+
+
+def window_step(
+    plan: WindowPlan,
+    layer: nn.Module,
+    x: Any,
+    args: tuple[Any, ...],
+    kwargs: Any,
+    ctx: _Context,
+    quiet: Callable[[], AbstractContextManager[None]],
+) -> Any:
+    """A windowed module's call in a step: its own forward on its last input samples and
+    ``x``; returns the outputs of ``x``'s time steps. ``quiet``: the context its run on the
+    window goes in (the self-check's record skips those calls)."""
+    what = f"{type(layer).__name__} {plan.name!r}"
+    how = f"on a window of its last {plan.reach} input samples"
+    claim_call(ctx, plan.name, what, how, x, args, kwargs)
+    dim = plan.in_axis if plan.in_axis >= 0 else x.dim() + plan.in_axis
+    hist = ctx.state_in.get(plan.key)
+    if hist is not None:
+        check_continues(plan.key, hist, x, dim, "as the window its next outputs read")
+    h = int(hist.shape[dim]) if hist is not None else 0
+    if x.shape[dim] == 0:
+        # no new time step (a strided layer before it is between outputs): its output on a
+        # zero window, for the shape of an empty one; the history stays
+        if hist is not None:
+            ctx.state_out[plan.key] = hist
+        shape = list(x.shape)
+        shape[dim] = plan.reach + 1
+        x, h = x.new_zeros(shape), plan.reach + 1
+        hist = None
+    xe = torch.cat([hist, x], dim) if hist is not None and h else x
+    with quiet():
+        out = type(layer).__call__(layer, xe)
+    total = int(xe.shape[dim])
+    if isinstance(out, Tensor):
+        odim = plan.out_axis if plan.out_axis >= 0 else out.dim() + plan.out_axis
+        ok = 0 <= odim < out.dim() and int(out.shape[odim]) == total
+    else:
+        ok = False
+    if not ok:
+        got = tuple(out.shape) if isinstance(out, Tensor) else type(out).__name__
+        raise PaddingError(
+            f"StreamingModule: {what} streams on a window of its last {plan.reach} input "
+            f"samples; on {total} time steps it returned {got}, not one tensor of "
+            f"{total} time steps on axis {plan.out_axis} as measured"
+        )
+    if h == total:  # (the zero window above)
+        return out.narrow(odim, total, 0)
+    keep = min(plan.reach, total)
+    ctx.state_out[plan.key] = xe.narrow(dim, total - keep, keep).clone()
+    return out.narrow(odim, h, total - h)
+
+
+def window_differs(
+    module: nn.Module, x: Tensor, in_axis: int, out_axis: int, window: int
+) -> str | None:
+    """Run ``module`` as a stream runs a windowed module (on its last ``window`` input
+    samples and each chunk of ``x``: 1, 7, 3 samples, then the rest) and compare with its
+    run on all of ``x``; None where they agree, else why not. (The caller passes a float64
+    copy of the module and input where it can: the comparison is then to rounding.)"""
+    sizes = chunk_sizes(int(x.shape[in_axis]))
+    with torch.no_grad():
+        try:
+            full = module(x.clone())
+            outs = []
+            hist: Tensor | None = None
+            for c in torch.split(x, sizes, in_axis):
+                h = 0 if hist is None else int(hist.shape[in_axis])
+                xe = c if hist is None else torch.cat([hist, c], in_axis)
+                outs.append(module(xe).narrow(out_axis, h, int(c.shape[in_axis])))
+                total = int(xe.shape[in_axis])
+                hist = xe.narrow(in_axis, total - min(window, total), min(window, total))
+            got = torch.cat(outs, out_axis)
+        except Exception as err:
+            first = str(err).splitlines()[0] if str(err) else type(err).__name__
+            return (
+                f"it reads a window of {window} earlier time steps, but raises when run on "
+                f"one ({type(err).__name__}: {first})"
+            )
+    d = mismatch(full, got)
+    if d == math.inf:
+        return (
+            f"it reads a window of {window} earlier time steps, but its output on one has "
+            "another shape"
+        )
+    if d is not None:
+        return (
+            f"its output t reads its inputs t - {window} .. t, but run on its last {window} "
+            f"input samples and a chunk, as a stream runs it, its output differs from the full "
+            f"run's by {d:.3g}: it depends on where a time step sits or on how many there are "
+            "(a positional encoding, a scale by the length)"
+        )
+    return None
+
+
+def chunk_sizes(steps: int) -> list[int]:
+    """Chunks of 1, 7, 3 time steps and the rest: how a measured module is run as a stream
+    would run it before it streams so."""
+    sizes = [k for k in (1, 7, 3) if k < steps]
+    sizes.append(steps - sum(sizes))
+    return sizes
+
+
+def mismatch(full: Any, got: Tensor) -> float | None:
+    """How far ``got`` (a module's outputs on chunks, joined) is from ``full`` (its full
+    run): None within rounding (float64: 1e-9 relative; else 1e-4), inf for another shape."""
+    if not isinstance(full, Tensor) or got.shape != full.shape:
+        return math.inf
+    rel = 1e-9 if full.dtype == torch.float64 else 1e-4
+    d = float((got - full).abs().max()) if got.numel() else 0.0
+    return d if d > rel * (1.0 + float(full.abs().max() if full.numel() else 0.0)) else None
