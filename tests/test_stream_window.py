@@ -186,6 +186,16 @@ class CumulativeNorm(nn.Module):
         return self.gamma * (x - mean) / (var + 1e-8).sqrt() + self.beta
 
 
+class GuardedMean(nn.Module):
+    """A running mean that branches on its input's length in Python (it does not trace)."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        if int(x.shape[-1]) == 0:
+            return x
+        n = torch.arange(1, x.shape[-1] + 1, dtype=x.dtype)
+        return torch.cumsum(x, -1) / n
+
+
 class ChannelRamp(nn.Module):
     """A running mean over time, weighted per channel by ``arange`` over the channels."""
 
@@ -197,8 +207,8 @@ class ChannelRamp(nn.Module):
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_cumulative_modules_stream_with_their_running_sums_carried(dtype: torch.dtype) -> None:
-    """A cumulative layer norm between causal convs and a running mean behind a stride-2 conv:
-    every chunking, at batch 2, equals the full run, over 400 samples."""
+    """A cumulative layer norm between causal convs, a running mean behind a stride-2 conv and
+    one that does not trace: every chunking, at batch 2, equals the full run (400 samples)."""
     torch.manual_seed(5)
     net = (
         nn.Sequential(
@@ -207,6 +217,8 @@ def test_cumulative_modules_stream_with_their_running_sums_carried(dtype: torch.
             nn.PReLU(),
             pn.Conv1d(8, 8, 4, stride=2, padding="causal"),
             RunningMean(),
+            pn.Conv1d(8, 8, 3, padding="causal"),
+            GuardedMean(),
         )
         .eval()
         .to(dtype)
@@ -218,7 +230,14 @@ def test_cumulative_modules_stream_with_their_running_sums_carried(dtype: torch.
         full = net(x)
         for chunks in sizes(400, 2):
             torch.testing.assert_close(stream(sm, x, chunks), full, **tol)
-    assert set(sm._cumulative) == {"1", "4"}
+        # traced where the forward traces (its ops run directly), else under the mode; a
+        # copy traces again
+        traced = {k: bool(p.traced) for k, p in sm._cumulative.items()}
+        assert traced == {"1": True, "4": True, "6": False}
+        copied = copy.deepcopy(sm)
+        assert all(p.traced is None for p in copied._cumulative.values())
+        torch.testing.assert_close(stream(copied, x, [9] * 44 + [4]), full, **tol)
+    assert set(sm._cumulative) == {"1", "4", "6"}
     table = sm.explain()
     assert "CumulativeNorm '1': reads every earlier time step (measured)" in table
     assert "RunningMean '4'" in table and "'4.seen'" in table

@@ -20,6 +20,7 @@ chunks of each new chunk length a stream gives it, and agreed with its full run
 from __future__ import annotations
 
 import math
+import threading
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
@@ -32,14 +33,16 @@ from torch.overrides import TorchFunctionMode
 from ..spec import PaddingError
 from ._hold import held_count
 from ._state import _Context, claim_call
-from ._window import mismatch
+from ._window import chunk_sizes, mismatch
 
 __all__ = [
     "CumulativeMode",
     "CumulativePlan",
+    "carried_trace",
     "cumulative_differs",
     "cumulative_step",
     "run_cumulative",
+    "trace_carried",
 ]
 
 
@@ -53,6 +56,14 @@ class CumulativePlan:
     out_axis: int
     probe: Tensor
     checked: set[int] = field(default_factory=set)  # chunk lengths checked (or refused)
+    # its forward traced (``torch.fx``) with the cumulative calls redirected, run without
+    # the mode: None until tried, False where it does not trace or differs (not pickled)
+    traced: Any = field(default=None, compare=False, repr=False)
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["traced"] = None  # generated code: traced again after a copy or a load
+        return state
 
     @property
     def key_pos(self) -> str:
@@ -63,6 +74,42 @@ class CumulativePlan:
 
 
 _CUMSUM, _TENSOR_CUMSUM, _ARANGE = torch.cumsum, Tensor.cumsum, torch.arange
+# the handler of the traced call running in this thread (None: the calls are torch's own)
+_LOCAL = threading.local()
+
+
+def _carried_cumsum(*args: Any, **kwargs: Any) -> Any:
+    handler = getattr(_LOCAL, "handler", None)
+    if handler is None:
+        return _CUMSUM(*args, **kwargs)
+    return handler._cumsum(_CUMSUM, args, dict(kwargs))
+
+
+def _carried_arange(*args: Any, **kwargs: Any) -> Any:
+    handler = getattr(_LOCAL, "handler", None)
+    if handler is None:
+        return _ARANGE(*args, **kwargs)
+    return handler._arange(_ARANGE, args, dict(kwargs))
+
+
+def trace_carried(module: nn.Module) -> Callable[..., Any] | None:
+    """``module``'s forward traced with ``torch.fx``, its ``cumsum`` and ``arange`` calls
+    sent to the running handler: a function of ``(module, x)`` that runs the ops directly
+    (the mode sends every op through Python); None where the forward does not trace."""
+    try:
+        gm = torch.fx.symbolic_trace(module)
+    except Exception:  # data-dependent control flow, untraceable calls: the mode serves
+        return None
+    for node in gm.graph.nodes:
+        if node.op == "call_function" and node.target is _CUMSUM:
+            node.target = _carried_cumsum
+        elif node.op == "call_method" and node.target == "cumsum":
+            node.op, node.target = "call_function", _carried_cumsum
+        elif node.op == "call_function" and node.target is _ARANGE:
+            node.target = _carried_arange
+    gm.recompile()
+    fn: Callable[..., Any] = type(gm).forward  # run with the live module as ``self``
+    return fn
 
 
 class CumulativeMode(TorchFunctionMode):
@@ -127,18 +174,37 @@ class CumulativeMode(TorchFunctionMode):
 
 
 def run_cumulative(
-    module: nn.Module, x: Tensor, length: int, seen: int, carry_in: list[Tensor | None]
+    module: nn.Module,
+    x: Tensor,
+    length: int,
+    seen: int,
+    carry_in: list[Tensor | None],
+    traced: Any = None,
 ) -> tuple[Any, list[Tensor]]:
     """``module(x)`` on a chunk of ``length`` time steps after ``seen``, its cumulative ops
-    carried; returns its output and the carries for the next chunk."""
+    carried (through ``traced``, from :func:`trace_carried`, where given; else under the
+    mode); returns its output and the carries for the next chunk."""
     mode = CumulativeMode(length, seen, carry_in)
+    if traced:
+        before = getattr(_LOCAL, "handler", None)
+        _LOCAL.handler = mode
+        try:
+            out = traced(module, x)
+        finally:
+            _LOCAL.handler = before
+        return out, mode.carry_out
     with mode:
         out = module(x)
     return out, mode.carry_out
 
 
 def cumulative_differs(
-    module: nn.Module, x: Tensor, in_axis: int, out_axis: int, sizes: list[int]
+    module: nn.Module,
+    x: Tensor,
+    in_axis: int,
+    out_axis: int,
+    sizes: list[int],
+    traced: Any = None,
 ) -> str | None:
     """Run ``module`` on ``x`` in chunks of ``sizes`` as a stream runs a cumulative module
     and compare with its run on all of ``x``; None where they agree, else why not."""
@@ -150,7 +216,8 @@ def cumulative_differs(
             carry: list[Tensor] = []
             for c in torch.split(x, sizes, in_axis):
                 n = int(c.shape[in_axis])
-                out, carry_next = run_cumulative(module, c, n, seen, list[Tensor | None](carry))
+                carry_in = list[Tensor | None](carry)
+                out, carry_next = run_cumulative(module, c, n, seen, carry_in, traced)
                 outs.append(out)
                 carry, seen = carry_next, seen + n
             got = torch.cat(outs, out_axis)
@@ -191,16 +258,18 @@ def cumulative_step(
     carry: list[Tensor | None] = []
     while plan.key_cum(len(carry)) in ctx.state_in:
         carry.append(ctx.state_in[plan.key_cum(len(carry))])
+    if plan.traced is None:  # (a copied or loaded stream: traced again, and checked)
+        plan.traced = carried_trace(layer, plan.probe, plan.in_axis, plan.out_axis)
     if length == 0:  # no new time step: an empty output of its shape, the state as it was
         shape = list(x.shape)
         shape[dim] = 1
-        out, _ = run_cumulative(layer, x.new_zeros(shape), 1, seen, carry)
+        out, _ = run_cumulative(layer, x.new_zeros(shape), 1, seen, carry, plan.traced)
         odim = plan.out_axis if plan.out_axis >= 0 else out.dim() + plan.out_axis
         return out.narrow(odim, 1, 0)
     if length not in plan.checked and not ctx.shape_only:
         with quiet():
             check_length(plan, layer, length, x)
-    out, carry_out = run_cumulative(layer, x, length, seen, carry)
+    out, carry_out = run_cumulative(layer, x, length, seen, carry, plan.traced)
     ctx.state_out[plan.key_pos] = held_count(seen + length)
     for k, c in enumerate(carry_out):
         ctx.state_out[plan.key_cum(k)] = c
@@ -218,7 +287,11 @@ def check_length(plan: CumulativePlan, layer: nn.Module, length: int, chunk: Ten
         x = torch.cat([x] * reps, plan.in_axis)
     steps = int(x.shape[plan.in_axis])
     sizes = [length] * (steps // length) + ([steps % length] if steps % length else [])
-    why = cumulative_differs(layer, x, plan.in_axis, plan.out_axis, sizes)
+    why = cumulative_differs(layer, x, plan.in_axis, plan.out_axis, sizes, plan.traced)
+    if why is not None and plan.traced:  # the trace is wrong here: the mode, checked anew
+        plan.traced = False
+        plan.checked.clear()
+        why = cumulative_differs(layer, x, plan.in_axis, plan.out_axis, sizes)
     if len(plan.checked) >= 256:
         plan.checked.clear()
     plan.checked.add(length)
@@ -227,3 +300,16 @@ def check_length(plan: CumulativePlan, layer: nn.Module, length: int, chunk: Ten
             f"StreamingModule cannot stream {type(layer).__name__} {plan.name!r} on chunks "
             f"giving it {length} time steps: {why}"
         )
+
+
+def carried_trace(module: nn.Module, probe: Tensor, in_axis: int, out_axis: int) -> Any:
+    """:func:`trace_carried` of ``module`` where it traces and its recorded input ``probe``
+    streamed through the trace in chunks of 1, 7, 3 and the rest gives its full run; else
+    False (the mode serves)."""
+    traced = trace_carried(module)
+    if traced is None:
+        return False
+    sizes = chunk_sizes(int(probe.shape[in_axis]))
+    if cumulative_differs(module, probe, in_axis, out_axis, sizes, traced) is not None:
+        return False
+    return traced
