@@ -334,3 +334,28 @@ def test_a_window_behind_a_strided_layer_takes_steps_with_no_new_time_step() -> 
         for chunks in ([1] * 64, [3] * 21 + [1]):
             torch.testing.assert_close(stream(sm, x, chunks), full)
     assert set(sm._windows) == {"1", "2"}
+
+
+class ScaledMean(nn.Module):
+    """A running mean times a plain attribute (a trace holds it as a constant)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.scale = 2.0
+
+    def forward(self, x: Tensor) -> Tensor:
+        n = torch.arange(1, x.shape[-1] + 1, dtype=x.dtype)
+        return self.scale * torch.cumsum(x, -1) / n
+
+
+def test_a_traced_cumulative_module_follows_a_changed_plain_attribute() -> None:
+    torch.manual_seed(7)
+    mean = ScaledMean()
+    net = nn.Sequential(pn.Conv1d(2, 4, 3, padding="causal"), mean).eval()
+    sm = StreamingModule(net)
+    x = torch.randn(1, 2, 30)
+    with torch.no_grad():
+        torch.testing.assert_close(stream(sm, x, [4] * 7 + [2]), net(x))
+        assert sm._cumulative["1"].traced
+        mean.scale = -3.0
+        torch.testing.assert_close(stream(sm, x, [4] * 7 + [2]), net(x))

@@ -59,10 +59,15 @@ class CumulativePlan:
     # its forward traced (``torch.fx``) with the cumulative calls redirected, run without
     # the mode: None until tried, False where it does not trace or differs (not pickled)
     traced: Any = field(default=None, compare=False, repr=False)
+    # the module's plain attributes when it was traced (a trace holds them as constants),
+    # and the modules they are read from
+    settings: Any = field(default=None, compare=False, repr=False)
+    watched: Any = field(default=None, compare=False, repr=False)
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
         state["traced"] = None  # generated code: traced again after a copy or a load
+        state["watched"] = None
         return state
 
     @property
@@ -258,8 +263,12 @@ def cumulative_step(
     carry: list[Tensor | None] = []
     while plan.key_cum(len(carry)) in ctx.state_in:
         carry.append(ctx.state_in[plan.key_cum(len(carry))])
-    if plan.traced is None:  # (a copied or loaded stream: traced again, and checked)
+    if plan.traced and settings(plan.watched) != plan.settings:
+        plan.traced = None  # an attribute the trace read as a constant may have changed
+    if plan.traced is None:  # (also a copied or loaded stream: traced again, and checked)
         plan.traced = carried_trace(layer, plan.probe, plan.in_axis, plan.out_axis)
+        plan.watched = [m for _, m in layer.named_modules()]
+        plan.settings = settings(plan.watched)
     if length == 0:  # no new time step: an empty output of its shape, the state as it was
         shape = list(x.shape)
         shape[dim] = 1
@@ -313,3 +322,17 @@ def carried_trace(module: nn.Module, probe: Tensor, in_axis: int, out_axis: int)
     if cumulative_differs(module, probe, in_axis, out_axis, sizes, traced) is not None:
         return False
     return traced
+
+
+_PLAIN = (int, float, bool, str, type(None))
+
+
+def settings(modules: list[nn.Module]) -> tuple[Any, ...]:
+    """The plain (number, string, bool, None) attributes of ``modules`` (a module and its
+    submodules), which a ``torch.fx`` trace of its forward holds as constants."""
+    return tuple(
+        (i, key, value)
+        for i, m in enumerate(modules)
+        for key, value in m.__dict__.items()
+        if isinstance(value, _PLAIN)
+    )
