@@ -215,8 +215,9 @@ class _Recorder:
     order modules return in, and the stack of modules running (the deepest that raised)."""
 
     def __init__(self, model: nn.Module, streamed: set[int], runner: Any = None) -> None:
-        # the runner's attributes: ``_in_window`` is set while a windowed module runs on its
-        # history and the chunk (its calls there cover more time steps than the chunk's)
+        # the runner's attributes: ``_unrecorded`` is set while a windowed module runs on its
+        # history and the chunk (its calls there cover more time steps than the chunk's) and
+        # while a cumulative module is checked at a new chunk length
         self.runner_attrs: dict[str, Any] = runner.__dict__ if runner is not None else {}
         self.names: dict[int, str] = {}
         self.modules: dict[int, nn.Module] = {}
@@ -252,7 +253,7 @@ class _Recorder:
         def hook(mod: nn.Module, args: Any, kwargs: Any) -> None:
             if not self.on or (key in self.streamed and not self.inputs):
                 return None
-            if self.runner_attrs.get("_in_window"):
+            if self.runner_attrs.get("_unrecorded"):
                 return None
             self.counter += 1
             if self.inputs:
@@ -729,11 +730,10 @@ class _Probe:
         if self.stream._lookahead_mode:
             return False
         name = self.rec.names[key]
-        keys = {v: k for k, v in self.rec.names.items()}
         parts = name.split(".") if name != "<model>" else []
         for depth in range(len(parts), 0, -1):
-            k = keys.get(".".join(parts[:depth]))
-            if k is not None and self._try_window_at(k):
+            module = _get(self.model, ".".join(parts[:depth]))
+            if module is not None and self._try_window_at(id(module)):
                 return True
         return False
 
@@ -864,9 +864,7 @@ class _Probe:
                     raise _Retry
                 refused = next(iter(self.window_refusals.items()), None)
                 if refused is not None:
-                    culprit = self.rec.modules[
-                        {v: k for k, v in self.rec.names.items()}[refused[0]]
-                    ]
+                    culprit = _get(self.model, refused[0])
                     raise PaddingError(
                         f"StreamingModule cannot stream {type(culprit).__name__} "
                         f"{refused[0]!r}: measured on its input in a full run of {n} samples, "

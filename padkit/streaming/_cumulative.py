@@ -77,6 +77,15 @@ class CumulativePlan:
     def key_cum(self, k: int) -> str:
         return f"{self.name}.cum{k}"
 
+    @property
+    def how(self) -> str:
+        """How the module streams, for messages."""
+        return "with its running sums carried"
+
+    @property
+    def state_keys(self) -> str:
+        return f"{self.key_pos!r}, {self.key_cum(0)!r}, ..."
+
 
 _CUMSUM, _TENSOR_CUMSUM, _ARANGE = torch.cumsum, Tensor.cumsum, torch.arange
 # the handler of the traced call running in this thread (None: the calls are torch's own)
@@ -255,7 +264,7 @@ def cumulative_step(
     carried from the state and its positions offset by the time steps seen. ``quiet``: the
     context its check at a new chunk length goes in (the self-check's record skips it)."""
     what = f"{type(layer).__name__} {plan.name!r}"
-    claim_call(ctx, plan.name, what, "with its running sums carried", x, args, kwargs)
+    claim_call(ctx, plan.name, what, plan.how, x, args, kwargs)
     dim = plan.in_axis if plan.in_axis >= 0 else x.dim() + plan.in_axis
     length = int(x.shape[dim])
     seen_t = ctx.state_in.get(plan.key_pos)

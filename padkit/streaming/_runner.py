@@ -447,22 +447,19 @@ class StreamingModule(nn.Module):
         self._checked.clear()  # other input shapes: probe them with the stand-in too
 
     def _refuse_windows(self, where: str, why: str) -> None:
-        """Raise for ``where`` when a module streams on a window of its input (``why``)."""
-        if self._windows:
-            plan = next(iter(self._windows.values()))
+        """Raise for ``where`` when a module streams on a window of its input or with its
+        running sums carried (``why``: what its state does that ``where`` cannot take)."""
+        plans: list[WindowPlan | CumulativePlan] = [
+            *self._windows.values(),
+            *self._cumulative.values(),
+        ]
+        if plans:
+            plan = plans[0]
             layer = self._layer_by_name(plan.name)
             raise PaddingError(
-                f"{where}: {type(layer).__name__} {plan.name!r} streams on a window of its last "
-                f"{plan.reach} input samples, which its state {plan.key!r} {why}; "
-                "start new streams in a state of their own (init_state())"
-            )
-        if self._cumulative:
-            cplan = next(iter(self._cumulative.values()))
-            layer = self._layer_by_name(cplan.name)
-            raise PaddingError(
-                f"{where}: {type(layer).__name__} {cplan.name!r} streams with its running sums "
-                f"carried over all time steps seen, for all rows alike ({cplan.key_pos!r}); "
-                "start new streams in a state of their own (init_state())"
+                f"{where}: {type(layer).__name__} {plan.name!r} streams {plan.how}, and its "
+                f"state ({plan.state_keys}) {why}; start new streams in a state of their own "
+                "(init_state())"
             )
 
     def _add_window(self, label: str, reach: int, in_axis: int, out_axis: int) -> None:
@@ -494,11 +491,11 @@ class StreamingModule(nn.Module):
         """Calls the self-check's record skips: a windowed module's run on its history and
         the chunk, a cumulative module's check at a new chunk length."""
         attrs = self.__dict__
-        attrs["_in_window"] = attrs.get("_in_window", 0) + 1
+        attrs["_unrecorded"] = attrs.get("_unrecorded", 0) + 1
         try:
             yield
         finally:
-            attrs["_in_window"] -= 1
+            attrs["_unrecorded"] -= 1
 
     # ------------------------------------------------------------------ model scan
 
@@ -779,7 +776,7 @@ class StreamingModule(nn.Module):
                 f"got {rows!r}"
             )
         idx = torch.as_tensor(rows, dtype=torch.int64).flatten()
-        self._refuse_windows("reset_rows()", "keeps the last input samples of all rows alike")
+        self._refuse_windows("reset_rows()", "holds all rows alike")
         state = self._settled(state)
         if self._has_reflect():
             self._reset_rows_reflect(state, idx, rows)

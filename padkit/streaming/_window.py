@@ -49,6 +49,15 @@ class WindowPlan:
     def key(self) -> str:
         return f"{self.name}.hist"
 
+    @property
+    def how(self) -> str:
+        """How the module streams, for messages."""
+        return f"on a window of its last {self.reach} input samples"
+
+    @property
+    def state_keys(self) -> str:
+        return repr(self.key)
+
 
 def window_step(
     plan: WindowPlan,
@@ -63,8 +72,7 @@ def window_step(
     ``x``; returns the outputs of ``x``'s time steps. ``quiet``: the context its run on the
     window goes in (the self-check's record skips those calls)."""
     what = f"{type(layer).__name__} {plan.name!r}"
-    how = f"on a window of its last {plan.reach} input samples"
-    claim_call(ctx, plan.name, what, how, x, args, kwargs)
+    claim_call(ctx, plan.name, what, plan.how, x, args, kwargs)
     dim = plan.in_axis if plan.in_axis >= 0 else x.dim() + plan.in_axis
     hist = ctx.state_in.get(plan.key)
     if hist is not None:
