@@ -258,12 +258,6 @@ def test_a_cumulative_module_is_checked_at_each_new_chunk_length() -> None:
             stream(sm, x, [8] * 5)
 
 
-def test_lookahead_streams_do_not_take_windows() -> None:
-    net = nn.Sequential(nn.Conv1d(2, 4, 3, padding=1), MovingAverage(4))
-    with pytest.raises(PaddingError, match="MovingAverage '1'"):
-        StreamingModule(net, lookahead="auto")(torch.randn(1, 2, 8))
-
-
 def test_reset_rows_and_export_refuse_a_windowed_module_by_name() -> None:
     net = model(4, 5)
     sm = StreamingModule(net)

@@ -976,7 +976,10 @@ def test_lookahead_too_small_is_caught_by_verify_and_bad_values_refused() -> Non
     with pytest.raises(PaddingError, match="not exported"):
         sm.step_module(torch.zeros(1, 4, 8))
     with pytest.raises(PaddingError, match="one input delay line"):
-        sm.reset_rows(sm.init_state(example=x[:, :1]), [0])
+        sm.reset_rows({}, [0])
+    # init_state(example=) checks the model as the first step would: the same refusal
+    with pytest.raises(PaddingError, match="lookahead=3 is smaller than the 6 input samples"):
+        sm.init_state(example=x[:, :1])
     with pytest.raises(PaddingError, match="pass example="):
         sm.flush({})
 

@@ -313,8 +313,10 @@ class _Finding:
     ) -> None:
         self.text, self.q, self.p, self.steps, self.size = text, q, p, steps, size
         self.back: _Finding | None = None  # a dependency on an earlier input too
-        # earlier inputs only, within a window: output t reads inputs t - window .. t
+        # within a window: output t reads inputs t - window .. t + ahead_window (earlier
+        # inputs only when ahead_window is 0)
         self.window: int | None = None
+        self.ahead_window = 0
 
 
 def _float64_copy(module: nn.Module) -> nn.Module | None:
@@ -401,8 +403,9 @@ def measure(
     ahead: _Finding | None = None  # the farthest output that reads a later input
     back: _Finding | None = None  # the farthest output that reads an earlier one
     reach: dict[int, int] = {}  # per perturbed input: the farthest later output it moves
+    early: dict[int, int] = {}  # per perturbed input: the farthest earlier output it moves
     for p in positions:
-        reach[p] = 0
+        reach[p] = early[p] = 0
         moved = list(leaves)
         for i, a in timed:
             v = moved[i].clone()
@@ -433,7 +436,10 @@ def measure(
             for q in (per_t > tol[j]).nonzero().flatten().tolist():
                 if q == p:
                     continue
-                reach[p] = max(reach[p], q - p)
+                if q > p:
+                    reach[p] = max(reach[p], q - p)
+                else:
+                    early[p] = max(early[p], p - q)
                 if lookahead is not None:
                     if q < p and p - q <= lookahead:
                         continue
@@ -446,17 +452,21 @@ def measure(
                     back = found
     if ahead is not None and back is not None:
         ahead.back = back
-    if ahead is None and back is not None and lookahead is None:
-        # a causal window: every perturbed input moves the outputs up to the same distance
-        # after it, and (from the middle on) stops well before the end of the sequence
-        window = max(reach.values())
+    found_any = ahead or back
+    if found_any is not None and lookahead is None:
+        # a window: every perturbed input moves the outputs up to the same distance after it
+        # and the same distance before it (where the sequence has room for them), and, from
+        # the middle on, stops well before either end of the sequence
+        window, later = max(reach.values()), max(early.values())
         mid = steps // 2
         if (
             all(r == window for p, r in reach.items() if p + window < steps)
+            and all(r == later for p, r in early.items() if p - later >= 0)
             and mid + window < steps - 1
-            and 4 * window < steps
+            and mid - later > 0
+            and 4 * (window + later) < steps
         ):
-            back.window = window
+            found_any.window, found_any.ahead_window = window, later
     if ahead is not None or back is not None or lookahead is not None:
         return ahead or back
     # a module run on a chunk sees those time steps alone: its output there must be the full
@@ -533,12 +543,7 @@ class _Probe:
             max(p.k_eff - 1, p.lo) for p in stream._plans.values() if p.kind != "convt"
         )
         self.look_delay = 0  # lookahead: the delay, in input samples
-        if stream._lookahead_mode:
-            clocks = stream._clocks_for(chunk)
-            self.look_delay = -(-clocks.delay // clocks.ticks)
-            self.hop = max(self.hop, min(clocks.hop, 1 << 14))
-            # long enough that outputs are emitted before the flush, every phase of a hop
-            self.minimum = max(self.minimum, self.look_delay + 2 * clocks.hop + 8)
+        self.follow_clocks()
         streamed = {id(stream._layer_by_name(n)) for n in [*stream._plans, *stream._rnn_plans]}
         self.rec = _Recorder(self.model, streamed, stream)
         # modules with a measured window that did not stream exactly on it: why, by name
@@ -549,6 +554,18 @@ class _Probe:
         self.second: dict[int, list[_Call]] | None = None  # a full run at another length
         self.n2 = 0
         self.tried: list[tuple[int, str]] = []
+
+    def follow_clocks(self) -> None:
+        """Lookahead: the probe's delay, hop and shortest length from the stream's clocks
+        (again when a module's measured lookahead joins them)."""
+        stream = self.stream
+        if not stream._lookahead_mode:
+            return
+        clocks = stream._clocks_for(self.chunk)
+        self.look_delay = -(-clocks.delay // clocks.ticks)
+        self.hop = max(self.hop, min(clocks.hop, 1 << 14))
+        # long enough that outputs are emitted before the flush, every phase of a hop
+        self.minimum = max(self.minimum, self.look_delay + 2 * clocks.hop + 8)
 
     # -------------------------------------------------------------- inputs
 
@@ -650,10 +667,14 @@ class _Probe:
         one (a causal stream, one call a run, one tensor in and out along time, no streamed
         layer inside it): True where it now does."""
         stream = self.stream
-        if not isinstance(found, _Finding) or stream._lookahead_mode:
+        look = stream._lookahead_mode
+        if not isinstance(found, _Finding):
             return False
-        if found.window is None and (found.q <= found.p or found.back is not None):
-            return False  # it reads later time steps: no window of earlier ones serves
+        earlier_only = found.q > found.p and found.back is None
+        if found.window is None and not (earlier_only or look):
+            return False  # it reads later time steps: a causal stream has not seen them
+        if found.ahead_window and not look:
+            return False
         if label == "<model>" or label in stream._windows or label in stream._cumulative or i > 0:
             return False
         if label in self.window_refusals:
@@ -676,10 +697,10 @@ class _Probe:
         inside = [*stream._plans, *stream._rnn_plans, *stream._windows, *stream._cumulative]
         if any(n.startswith(label + ".") for n in inside):
             return False
-        window = found.window
+        window, later = found.window, found.ahead_window
         if window is None:
-            # earlier time steps only, but as far back as the probe reaches: measured again
-            # on its input repeated to a longer sequence, a window may show
+            # as far as the probe reaches: measured again on its input repeated to a longer
+            # sequence, a window may show
             x = args[0]
             steps = int(x.shape[in_axis])
             reps = max(2, -(-LONG_WINDOW_PROBE // max(steps, 1)))
@@ -690,20 +711,33 @@ class _Probe:
                 return False
             if not isinstance(again, _Finding):
                 return False
-            if again.window is None:  # every earlier time step: its running sums carried
+            if again.window is None:
+                if look or not earlier_only:
+                    return False
+                # every earlier time step: its running sums carried
                 return self.cumulative(label, module, args[0], in_axis, out_axis)
-            window, x = again.window, longer
+            if again.ahead_window and not look:
+                return False
+            window, later, x = again.window, again.ahead_window, longer
         else:
             x = args[0]
+        rate = None
+        if look:
+            # the clock its input runs at (its output's: it keeps the time steps), on which
+            # its lookahead joins the stream's delay
+            clock = self.out_rate(id(module))
+            if clock is None:
+                return False
+            rate = clock[1]
         dup = _float64_copy(module)
         if dup is not None and x.is_floating_point():
-            why = window_differs(dup, x.double(), in_axis, out_axis, window)
+            why = window_differs(dup, x.double(), in_axis, out_axis, window, later)
         else:
-            why = window_differs(module, x, in_axis, out_axis, window)
+            why = window_differs(module, x, in_axis, out_axis, window, later)
         if why is not None:
             self.window_refusals[label] = why
             return False
-        stream._add_window(label, window, in_axis, out_axis)
+        stream._add_window(label, window, in_axis, out_axis, later, rate)
         return True
 
     def cumulative(
@@ -727,8 +761,6 @@ class _Probe:
         its enclosing modules whose measurement finds one, with a window of its last input
         samples (see :meth:`windowed`). A module that acts on each time step differs when
         its input does: the code that reads earlier time steps is then its parent's."""
-        if self.stream._lookahead_mode:
-            return False
         name = self.rec.names[key]
         parts = name.split(".") if name != "<model>" else []
         for depth in range(len(parts), 0, -1):
@@ -752,7 +784,13 @@ class _Probe:
             found = measure(module, calls[0].args, calls[0].kwargs, axes[0], axes[1])
         except Exception:  # pragma: no cover - the refusal below names it
             return False
-        return self.windowed(self.rec.names[key], module, found)
+        if self.windowed(name, module, found):
+            return True
+        if isinstance(found, _Finding):
+            # the innermost module measured to read across time steps, and why it cannot
+            # stream so: the refusal names it
+            self.window_refusals.setdefault(name, describe(found))
+        return False
 
     # -------------------------------------------------------------- the streamed run
 
@@ -1070,10 +1108,13 @@ def _probe(stream: Any, probe: _Probe) -> bool:
             return False
     try:
         for _ in range(64):  # each retry streams one more module with a window
-            longest = max((w.reach for w in stream._windows.values()), default=0)
-            if 4 * longest + 8 > probe.n:
+            probe.follow_clocks()
+            longest = max((w.reach + w.ahead for w in stream._windows.values()), default=0)
+            if 4 * longest + 8 > probe.n or probe.minimum > probe.n:
                 # the probe streams past every window, so that each runs on a full history
-                need = probe.hop * math.ceil((4 * longest + 8 + lead) / probe.hop)
+                need = probe.hop * math.ceil(
+                    (max(4 * longest + 8, probe.minimum) + lead) / probe.hop
+                )
                 if probe.accept(probe_lengths(need, probe.hop, need)) is None:
                     probe.accept(probe.lengths())
             try:

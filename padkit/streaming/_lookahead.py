@@ -14,7 +14,9 @@ every clock is a whole number of ticks (a decoder's ticks are its output samples
 committed when that tick is before ``n * ticks - delay``. A conv or pool whose output ``j``
 reads its input up to ``j*s + a`` (``a = k_eff - 1 - lo``) adds ``a`` of its input samples;
 a transposed conv whose output ``j`` (after its start crop ``lo``) reads inputs up to
-``(j + lo) // s`` adds ``lo`` of its output samples. ``lookahead="auto"`` is their sum:
+``(j + lo) // s`` adds ``lo`` of its output samples. A module measured to read its inputs up to
+``t + b`` for its output ``t`` (a non-causal local attention streamed on its window) adds
+``b`` of its input samples. ``lookahead="auto"`` is their sum:
 the model's delay when the layers that read ahead are in series (residual blocks), an upper
 bound where they sit on parallel branches.
 """
@@ -22,6 +24,7 @@ bound where they sit on parallel branches.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from fractions import Fraction
 
@@ -75,10 +78,17 @@ def _out_rate(plan: _Plan, rate: Fraction) -> Fraction:
 
 
 def make_clocks(
-    plans: dict[str, _Plan], rates: dict[str, Fraction], out: Fraction, lookahead: int | str
+    plans: dict[str, _Plan],
+    rates: dict[str, Fraction],
+    out: Fraction,
+    lookahead: int | str,
+    windows: Mapping[str, tuple[Fraction, int]] | None = None,
 ) -> Clocks:
-    """The clocks for measured (or, at stride 1, known) rates."""
-    every = [out, *rates.values()]
+    """The clocks for measured (or, at stride 1, known) rates. ``windows``: modules measured
+    to read ahead (``_window.py``), by name: their input's clock and how many of its samples
+    they read ahead, which they add to the delay as a layer's right pad does."""
+    windows = windows or {}
+    every = [out, *rates.values(), *(r for r, _ in windows.values())]
     every += [_out_rate(p, rates[n]) for n, p in plans.items() if n in rates]
     ticks = 1
     hop = 1
@@ -94,6 +104,11 @@ def make_clocks(
         per = Fraction(ticks) / (rate * plan.stride if plan.kind == "convt" else rate)
         assert per.denominator == 1
         adds[name] = plan.ahead * int(per)
+    for name, (rate, ahead) in windows.items():
+        if rate > 0:
+            per = Fraction(ticks) / rate
+            assert per.denominator == 1
+            adds[name] = ahead * int(per)
     auto = sum(adds.values())
     delay = auto if lookahead == "auto" else int(lookahead) * ticks
     return Clocks(rates, out, ticks, hop, delay, auto, adds)

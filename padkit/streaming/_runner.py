@@ -462,12 +462,35 @@ class StreamingModule(nn.Module):
                 "(init_state())"
             )
 
-    def _add_window(self, label: str, reach: int, in_axis: int, out_axis: int) -> None:
+    def _add_window(
+        self,
+        label: str,
+        reach: int,
+        in_axis: int,
+        out_axis: int,
+        ahead: int = 0,
+        rate: Fraction | None = None,
+    ) -> None:
         """Stream the module ``label`` on its last ``reach`` input samples and the chunk
-        (measured: its output ``t`` reads its inputs ``t - reach .. t``)."""
+        (measured: its output ``t`` reads its inputs ``t - reach .. t + ahead``; ``rate``:
+        its input's clock in a lookahead stream, whose delay its ``ahead`` joins)."""
         layer = self._layer_by_name(label)
-        self._windows[label] = WindowPlan(label, reach, in_axis, out_axis)
+        self._windows[label] = WindowPlan(label, reach, in_axis, out_axis, ahead, rate)
+        c = self._clocks
+        if self._lookahead_mode and c is not None:
+            self._clocks = make_clocks(
+                self._plans, dict(c.rates), c.out, self._lookahead, self._window_clocks()
+            )
         self._install(label, layer)
+
+    def _window_clocks(self) -> dict[str, tuple[Fraction, int]]:
+        """The windowed modules of a lookahead stream that read ahead: their input's clock
+        and how far they read ahead (for ``make_clocks``)."""
+        return {
+            name: (w.rate, w.ahead)
+            for name, w in self._windows.items()
+            if w.ahead and w.rate is not None
+        }
 
     def _call_measured(
         self,
@@ -655,6 +678,9 @@ class StreamingModule(nn.Module):
                     self._startup_samples(probe)
                     if self._lookahead_mode:
                         self._clocks_for(probe)
+                        # modules measured to read ahead join the delay: check them now,
+                        # as the first step would, so that the delay read next is final
+                        self._self_check(probe)
                     elif 0 < example.shape[dim] < self._hold_hop():
                         # chunks this short are held until they complete an output: measure
                         # when outputs are due now rather than on the first such step
@@ -1202,7 +1228,9 @@ class StreamingModule(nn.Module):
             return self._clocks
         with self._lock:
             rates, out = self._measure_rates(chunk)
-            self._clocks = make_clocks(self._plans, rates, out, self._lookahead)
+            self._clocks = make_clocks(
+                self._plans, rates, out, self._lookahead, self._window_clocks()
+            )
         return self._clocks
 
     def _measure_rates(self, chunk: Tensor) -> tuple[dict[str, Fraction], Fraction]:
@@ -1374,7 +1402,9 @@ class StreamingModule(nn.Module):
         ``n - delay`` has come out. Rounded up to a whole sample where the model upsamples
         (:attr:`output_delay` is exact there). For a strided lookahead model it is measured
         on the first input shape (:meth:`init_state` with ``example=`` or the first step);
-        asked before that, it raises. A reflect-padded model's start-up hold is
+        asked before that, it raises. Modules measured to read later time steps within a
+        window (a non-causal local attention) add how far they read ahead when the model is
+        checked, by the same calls. A reflect-padded model's start-up hold is
         :attr:`startup_delay`."""
         if self._lookahead_mode and self._clocks is None:
             raise PaddingError(
@@ -1464,10 +1494,16 @@ class StreamingModule(nn.Module):
             rows.append("delay: measured on the first input shape (init_state(example=...))")
         for name, w in self._windows.items():
             what = type(self._layer_by_name(name)).__name__
-            rows.append(
-                f"{what} {name!r}: reads a window of {w.reach} earlier time steps (measured); "
-                f"streams on its last {w.reach} input samples, state {w.key!r}"
-            )
+            reads = f"a window of {w.reach} earlier time steps"
+            if w.ahead:
+                reads += f" and {w.ahead} later ones"
+            row = f"{what} {name!r}: reads {reads} (measured); streams {w.how}, state {w.key!r}"
+            if w.ahead and c is not None and name in c.adds:
+                row += (
+                    f"; clock {w.rate}, adds {Fraction(c.adds[name], c.ticks)} input samples "
+                    "to the delay"
+                )
+            rows.append(row)
         for name, cp in self._cumulative.items():
             what = type(self._layer_by_name(name)).__name__
             rows.append(

@@ -13,6 +13,7 @@ import math
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Any
 
 import torch
@@ -36,14 +37,17 @@ LONG_WINDOW_PROBE = 1024
 
 @dataclass(frozen=True)
 class WindowPlan:
-    """A module measured to read a window of earlier time steps (its output ``t`` depends on
-    its inputs ``t - reach .. t``). ``in_axis``/``out_axis``: the time axis of its input and
-    output."""
+    """A module measured to read a window of time steps (its output ``t`` depends on its
+    inputs ``t - reach .. t + ahead``; ``ahead`` > 0 in lookahead streams only, where
+    ``rate`` is its input's clock: its samples per model-input sample).
+    ``in_axis``/``out_axis``: the time axis of its input and output."""
 
     name: str
     reach: int
     in_axis: int
     out_axis: int
+    ahead: int = 0
+    rate: Fraction | None = None
 
     @property
     def key(self) -> str:
@@ -52,7 +56,10 @@ class WindowPlan:
     @property
     def how(self) -> str:
         """How the module streams, for messages."""
-        return f"on a window of its last {self.reach} input samples"
+        how = f"on a window of its last {self.reach} input samples"
+        if self.ahead:
+            how += f" and, with the stream's lookahead, its next {self.ahead}"
+        return how
 
     @property
     def state_keys(self) -> str:
@@ -78,6 +85,8 @@ def window_step(
     if hist is not None:
         check_continues(plan.key, hist, x, dim, "as the window its next outputs read")
     h = int(hist.shape[dim]) if hist is not None else 0
+    if ctx.lookahead is not None:
+        return _lookahead_step(plan, layer, x, hist, h, dim, ctx, quiet)
     if x.shape[dim] == 0:
         # no new time step (a strided layer before it is between outputs): its output on a
         # zero window, for the shape of an empty one; the history stays
@@ -88,21 +97,8 @@ def window_step(
         x, h = x.new_zeros(shape), plan.reach + 1
         hist = None
     xe = torch.cat([hist, x], dim) if hist is not None and h else x
-    with quiet():
-        out = type(layer).__call__(layer, xe)
+    out, odim = _run_on(plan, layer, xe, quiet)
     total = int(xe.shape[dim])
-    if isinstance(out, Tensor):
-        odim = plan.out_axis if plan.out_axis >= 0 else out.dim() + plan.out_axis
-        ok = 0 <= odim < out.dim() and int(out.shape[odim]) == total
-    else:
-        ok = False
-    if not ok:
-        got = tuple(out.shape) if isinstance(out, Tensor) else type(out).__name__
-        raise PaddingError(
-            f"StreamingModule: {what} streams on a window of its last {plan.reach} input "
-            f"samples; on {total} time steps it returned {got}, not one tensor of "
-            f"{total} time steps on axis {plan.out_axis} as measured"
-        )
     if h == total:  # (the zero window above)
         return out.narrow(odim, total, 0)
     keep = min(plan.reach, total)
@@ -110,44 +106,114 @@ def window_step(
     return out.narrow(odim, h, total - h)
 
 
+def _run_on(
+    plan: WindowPlan,
+    layer: nn.Module,
+    xe: Tensor,
+    quiet: Callable[[], AbstractContextManager[None]],
+) -> tuple[Tensor, int]:
+    """The module's own forward on ``xe`` (its window and new samples): the output and its
+    time axis, checked to keep the time steps as measured."""
+    with quiet():
+        out = type(layer).__call__(layer, xe)
+    dim = plan.in_axis if plan.in_axis >= 0 else xe.dim() + plan.in_axis
+    total = int(xe.shape[dim])
+    if isinstance(out, Tensor):
+        odim = plan.out_axis if plan.out_axis >= 0 else out.dim() + plan.out_axis
+        if 0 <= odim < out.dim() and int(out.shape[odim]) == total:
+            return out, odim
+    got = tuple(out.shape) if isinstance(out, Tensor) else type(out).__name__
+    raise PaddingError(
+        f"StreamingModule: {type(layer).__name__} {plan.name!r} streams {plan.how}; on {total} "
+        f"time steps it returned {got}, not one tensor of {total} time steps on axis "
+        f"{plan.out_axis} as measured"
+    )
+
+
+def _lookahead_step(
+    plan: WindowPlan,
+    layer: nn.Module,
+    x: Tensor,
+    hist: Tensor | None,
+    h: int,
+    dim: int,
+    ctx: _Context,
+    quiet: Callable[[], AbstractContextManager[None]],
+) -> Tensor:
+    """A lookahead step: ``x`` holds the module's inputs from the span's start (on its clock)
+    to the end; the window before them is in the state. Its outputs near the end read
+    inputs not seen yet and are not committed (its lookahead is in the stream's delay): the
+    next step runs them again. The window kept is the one before the next span's start."""
+    start, nxt, _ = ctx.lookahead  # type: ignore[misc]
+    length = int(x.shape[dim])
+    a_in = a_next = 0
+    if start or nxt:
+        rate = plan.rate if plan.rate is not None else Fraction(1)
+        a_in, a_next = ctx.clocks.at(rate, start), ctx.clocks.at(rate, nxt)
+    keep = a_next - a_in
+    if keep < 0 or keep > length:
+        raise PaddingError(
+            f"StreamingModule(lookahead=...): {type(layer).__name__} {plan.name!r} got "
+            f"{length} time steps from its step {a_in}, but the stream commits its inputs up "
+            f"to {a_next}: its forward pads or crops time in code the stream does not see"
+        )
+    xe = torch.cat([hist, x], dim) if hist is not None and h else x
+    if h + length == 0:
+        # nothing yet on its clock: its output on a zero window, for the shape of an empty one
+        shape = list(x.shape)
+        shape[dim] = plan.reach + plan.ahead + 1
+        out, odim = _run_on(plan, layer, x.new_zeros(shape), quiet)
+        return out.narrow(odim, 0, 0)
+    out, odim = _run_on(plan, layer, xe, quiet)
+    done = min(plan.reach, h + keep)
+    ctx.state_out[plan.key] = xe.narrow(dim, h + keep - done, done).clone()
+    return out.narrow(odim, h, length)
+
+
 def window_differs(
-    module: nn.Module, x: Tensor, in_axis: int, out_axis: int, window: int
+    module: nn.Module, x: Tensor, in_axis: int, out_axis: int, window: int, ahead: int = 0
 ) -> str | None:
     """Run ``module`` as a stream runs a windowed module (on its last ``window`` input
-    samples and each chunk of ``x``: 1, 7, 3 samples, then the rest) and compare with its
-    run on all of ``x``; None where they agree, else why not. (The caller passes a float64
-    copy of the module and input where it can: the comparison is then to rounding.)"""
+    samples and each chunk of ``x``: 1, 7, 3 samples, then the rest; with ``ahead``, as a
+    lookahead stream does, keeping each run's last ``ahead`` outputs for the next run to
+    redo with the samples after them) and compare with its run on all of ``x``; None where
+    they agree, else why not. (The caller passes a float64 copy of the module and input
+    where it can: the comparison is then to rounding.)"""
     sizes = chunk_sizes(int(x.shape[in_axis]))
+    reads = f"t - {window} .. t + {ahead}" if ahead else f"t - {window} .. t"
     with torch.no_grad():
         try:
             full = module(x.clone())
             outs = []
-            hist: Tensor | None = None
-            for c in torch.split(x, sizes, in_axis):
-                h = 0 if hist is None else int(hist.shape[in_axis])
-                xe = c if hist is None else torch.cat([hist, c], in_axis)
-                outs.append(module(xe).narrow(out_axis, h, int(c.shape[in_axis])))
-                total = int(xe.shape[in_axis])
-                hist = xe.narrow(in_axis, total - min(window, total), min(window, total))
+            hist = pending = x.narrow(in_axis, 0, 0)
+            for i, c in enumerate(torch.split(x, sizes, in_axis)):
+                span = torch.cat([pending, c], in_axis)
+                h, n = int(hist.shape[in_axis]), int(span.shape[in_axis])
+                xe = torch.cat([hist, span], in_axis)
+                done = n if i == len(sizes) - 1 else max(0, n - ahead)
+                outs.append(module(xe).narrow(out_axis, h, done))
+                keep = min(window, h + done)
+                hist = xe.narrow(in_axis, h + done - keep, keep)
+                pending = span.narrow(in_axis, done, n - done)
             got = torch.cat(outs, out_axis)
         except Exception as err:
             first = str(err).splitlines()[0] if str(err) else type(err).__name__
             return (
-                f"it reads a window of {window} earlier time steps, but raises when run on "
-                f"one ({type(err).__name__}: {first})"
+                f"its output t reads its inputs {reads}, but it raises when run on such a "
+                f"window ({type(err).__name__}: {first})"
             )
     d = mismatch(full, got)
     if d == math.inf:
         return (
-            f"it reads a window of {window} earlier time steps, but its output on one has "
+            f"its output t reads its inputs {reads}, but its output on such a window has "
             "another shape"
         )
     if d is not None:
         return (
-            f"its output t reads its inputs t - {window} .. t, but run on its last {window} "
-            f"input samples and a chunk, as a stream runs it, its output differs from the full "
-            f"run's by {d:.3g}: it depends on where a time step sits or on how many there are "
-            "(a positional encoding, a scale by the length)"
+            f"its output t reads its inputs {reads}, but run on such a window of its input, "
+            f"as a stream runs it, its output differs from the full run's by {d:.3g}: it "
+            "depends on where a time step sits or on how many there are (a positional "
+            "encoding, a scale by the length)"
         )
     return None
 
