@@ -309,29 +309,40 @@ def test_dac_streams_with_lookahead(part: str, dtype: torch.dtype) -> None:
 # ----------------------------------------------------------------------------- snac
 
 
-def test_snac_local_attention_is_refused_with_its_measured_dependency() -> None:
-    """SNAC's LocalMHA attends within blocks of ``window_size`` frames, and its block size
-    follows the length it is given (``T // window_size`` windows): run on a stream's chunks
-    it is not the full run's. Refused, naming it, with the dependency measured on its
-    full-sequence input (never a raw error from inside it, never a wrong stream)."""
+@pytest.mark.parametrize("dtype", DTYPES, ids=["f64", "f32"])
+@pytest.mark.parametrize("part", ["encoder", "decoder"])
+def test_snac_local_attention_streams_on_whole_blocks(part: str, dtype: torch.dtype) -> None:
+    """SNAC's LocalMHA attends within blocks of ``window_size`` frames (``T // window_size``
+    windows, rotary positions restarting in each): measured so (input ``p`` moves the outputs
+    of its block and no others), it streams on whole blocks from the stream's start, its
+    block in the delay on its clock. Encoder and decoder, at every chunking, batch 2."""
     snac = load("snac", "snac.layers")
+    if part == "encoder":
+        make: Callable[[], nn.Module] = lambda: snac.Encoder(  # noqa: E731
+            d_model=16, strides=[2, 3], attn_window_size=4
+        )
+        # (the attention's width 64 is one head of 64) frames must fill whole blocks: 96
+        # samples are 16 frames of 6
+        sm = check(make, 1, 96, 6, dtype, convert=False, lookahead="auto")
+        # the convs' 146 (see the test below), and the attention's 3 frames ahead at 1/6
+        assert sm.delay == 146 + 3 * 6
+    else:
+        make = lambda: snac.Decoder(64, 64, [3, 2], attn_window_size=4)  # noqa: E731
+        sm = check(make, 64, 8, 1, dtype, convert=False, lookahead="auto")
+        # the convs' 143 output samples, and the attention's 3 frames (6 samples each)
+        assert sm.output_delay == 143 + 3 * 6
+    assert "the block of 4 time steps holding each step" in sm.explain()
+
+
+def test_snac_local_attention_alone_is_refused_naming_it() -> None:
+    """LocalMHA as the whole model (nothing around it that a stand-in could take its place
+    in) is refused, naming it with its measured dependency; never a raw error from inside
+    it, never a wrong stream."""
     attention = load("snac", "snac.attention")
     torch.manual_seed(0)
-    why = r"LocalMHA '[\w.]+' fails on a streamed chunk .* measured on its full-sequence input, "
-    why += r"output \d+ depends on input \d+"
-    enc = snac.Encoder(d_model=16, strides=[2, 2], attn_window_size=4).double().eval()
-    x = torch.randn(1, 1, 64, dtype=torch.float64)
-    with pytest.raises(PaddingError, match=why):
-        StreamingModule(enc, lookahead="auto").verify(x, [1] * 64)
-    stream = StreamingModule(enc, lookahead="auto", allow=[attention.SinusoidalEmbeddings])
-    with pytest.raises(PaddingError, match=why):
-        stream.verify(x, [1] * 64)
-    dec = snac.Decoder(64, 64, [2, 2], attn_window_size=4).double().eval()
-    with pytest.raises(PaddingError, match=why):
-        StreamingModule(dec, lookahead="auto").verify(torch.randn(1, 64, 8).double(), [1] * 8)
     mha = attention.LocalMHA(dim=8, window_size=4, dim_head=4).double().eval()
     stream = StreamingModule(mha, lookahead="auto")
-    with pytest.raises(PaddingError, match="LocalMHA"):
+    with pytest.raises(PaddingError, match=r"LocalMHA '<model>'.*output \d+ depends on input"):
         stream.verify(torch.randn(1, 8, 16, dtype=torch.float64), [1] * 16)
 
 

@@ -79,6 +79,24 @@ class PositionalCentred(nn.Module):
         return avg + torch.arange(x.shape[-1], dtype=x.dtype) / 10
 
 
+class BlockAttention(nn.Module):
+    """Attention within fixed blocks of ``w`` steps from the start (``T`` a multiple of
+    ``w``), with a position term that restarts in each block."""
+
+    def __init__(self, c: int, w: int) -> None:
+        super().__init__()
+        self.w = w
+        self.qkv = nn.Linear(c, 3 * c)
+        self.pos = nn.Parameter(torch.randn(w, c) / 4)
+
+    def forward(self, x: Tensor) -> Tensor:
+        n, c, t = x.shape
+        h = x.transpose(1, 2).reshape(n, t // self.w, self.w, c) + self.pos
+        q, k, v = self.qkv(h).chunk(3, -1)
+        att = (q @ k.transpose(-1, -2) / c**0.5).softmax(-1)
+        return x + (att @ v).reshape(n, t, c).transpose(1, 2)
+
+
 def model(att: tuple[int, int] = (5, 4), late: tuple[int, int] = (3, 6)) -> nn.Module:
     torch.manual_seed(0)
     return nn.Sequential(
@@ -117,14 +135,14 @@ def test_non_causal_windows_stream_exactly_with_their_lookahead(dtype: torch.dty
     clock (the late attention's 6 frames are 12 input samples), from init_state on."""
     net = model().to(dtype)
     sm = StreamingModule(net, lookahead="auto")
-    x = torch.randn(2, 2, 301, dtype=dtype)
+    x = torch.randn(2, 2, 161, dtype=dtype)
     tol = {"rtol": 1e-5, "atol": 1e-5} if dtype == torch.float32 else {}
     with torch.no_grad():
         full = net(x)
         state = sm.init_state(example=x[..., :1])
         # convs 1 and 2 (at the input's clock), the average 3, the attentions 4 and 2 * 6
         assert sm.delay == 1 + 2 + 3 + 4 + 12
-        for chunks in sizes(301, 1):
+        for chunks in sizes(161, 1):
             torch.testing.assert_close(stream(sm, x, chunks, dict(state)), full, **tol)
         _, state = sm.step(x[..., :100], state)
     assert sm.delay == 22
@@ -211,3 +229,45 @@ def test_a_fixed_lookahead_too_short_for_a_window_is_refused() -> None:
     why = r"lookahead=3 is smaller than the 5 input samples"
     with pytest.raises(PaddingError, match=why), torch.no_grad():
         sm.verify(torch.randn(1, 2, 60), [1] * 60)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_attention_in_fixed_blocks_streams_on_whole_blocks(dtype: torch.dtype) -> None:
+    """Attention within blocks of 4 frames behind a stride-2 conv (blocks of 8 input
+    samples): measured to read its block, it streams on whole blocks from the stream's
+    start, its 3 frames (6 input samples) ahead in the delay; every chunking, batch 2."""
+    torch.manual_seed(3)
+    net = (
+        nn.Sequential(
+            nn.Conv1d(2, 8, 3, padding=1),
+            nn.Conv1d(8, 8, 4, stride=2, padding=1),
+            BlockAttention(8, 4),
+            nn.Conv1d(8, 4, 3, padding=1),
+        )
+        .to(dtype)
+        .eval()
+    )
+    sm = StreamingModule(net, lookahead="auto")
+    x = torch.randn(2, 2, 120, dtype=dtype)
+    tol = {"rtol": 1e-5, "atol": 1e-5} if dtype == torch.float32 else {}
+    with torch.no_grad():
+        full = net(x)
+        for chunks in sizes(120, 2):
+            torch.testing.assert_close(stream(sm, x, chunks), full, **tol)
+        # convs 1, 2; the blocks 3 frames of 2 samples; the last conv 1 frame
+        assert sm.delay == 1 + 2 + 6 + 2
+        state = sm.init_state(example=x[..., :1])
+        _, state = sm.step(x[..., :37], state)
+        # the frames of the block the next span starts in, before it
+        frames = state["2.hist"].shape[-1]
+        assert 0 <= frames < 4
+        state["2.hist"] = torch.zeros(2, 8, frames + 1, dtype=dtype)
+        with pytest.raises(PaddingError, match=r"'2.hist' holds \d+ samples.*blocks of 4"):
+            sm.step(x[..., 37:80], state)
+    assert "the block of 4 time steps holding each step" in sm.explain()
+
+
+def test_a_causal_stream_refuses_attention_in_blocks() -> None:
+    net = nn.Sequential(pn.Conv1d(2, 8, 3, padding="causal"), BlockAttention(8, 4))
+    with pytest.raises(PaddingError, match=r"BlockAttention '1'.*step\(s\) later"):
+        StreamingModule(net)(torch.randn(1, 2, 16))

@@ -45,7 +45,7 @@ from torch.utils._pytree import tree_flatten, tree_unflatten
 
 from ..spec import PaddingError
 from ._cumulative import cumulative_differs
-from ._window import LONG_WINDOW_PROBE, chunk_sizes, window_differs
+from ._window import LONG_WINDOW_PROBE, blocks_differ, chunk_sizes, window_differs
 
 __all__ = ["ModelRaised", "model_raised", "probe_lengths", "probe_stream", "unchanged"]
 
@@ -317,6 +317,8 @@ class _Finding:
         # inputs only when ahead_window is 0)
         self.window: int | None = None
         self.ahead_window = 0
+        # in blocks: output t reads the inputs of the block of ``block`` steps holding t
+        self.block = 0
 
 
 def _float64_copy(module: nn.Module) -> nn.Module | None:
@@ -467,6 +469,20 @@ def measure(
             and 4 * (window + later) < steps
         ):
             found_any.window, found_any.ahead_window = window, later
+        else:
+            # blocks: output t reads the inputs of the block of ``w`` steps that holds t
+            # (attention within fixed windows): input p moves outputs from its block's start
+            # to its end, and no other
+            w = reach[0] + 1 if 0 in reach else 0
+            if (
+                w >= 2
+                and 2 * w <= steps
+                and all(
+                    reach[p] == min(w - 1 - p % w, steps - 1 - p) and early[p] == p % w
+                    for p in positions
+                )
+            ):
+                found_any.block = w
     if ahead is not None or back is not None or lookahead is not None:
         return ahead or back
     # a module run on a chunk sees those time steps alone: its output there must be the full
@@ -697,11 +713,11 @@ class _Probe:
         inside = [*stream._plans, *stream._rnn_plans, *stream._windows, *stream._cumulative]
         if any(n.startswith(label + ".") for n in inside):
             return False
-        window, later = found.window, found.ahead_window
-        if window is None:
+        window, later, block = found.window, found.ahead_window, found.block
+        x = args[0]
+        if window is None and not block:
             # as far as the probe reaches: measured again on its input repeated to a longer
-            # sequence, a window may show
-            x = args[0]
+            # sequence, a window (or blocks) may show
             steps = int(x.shape[in_axis])
             reps = max(2, -(-LONG_WINDOW_PROBE // max(steps, 1)))
             longer = torch.cat([x] * reps, in_axis)
@@ -711,16 +727,14 @@ class _Probe:
                 return False
             if not isinstance(again, _Finding):
                 return False
-            if again.window is None:
+            if again.window is None and not again.block:
                 if look or not earlier_only:
                     return False
                 # every earlier time step: its running sums carried
                 return self.cumulative(label, module, args[0], in_axis, out_axis)
-            if again.ahead_window and not look:
-                return False
-            window, later, x = again.window, again.ahead_window, longer
-        else:
-            x = args[0]
+            window, later, block, x = again.window, again.ahead_window, again.block, longer
+        if (later or block) and not look:
+            return False  # it reads later time steps: a causal stream has not seen them
         rate = None
         if look:
             # the clock its input runs at (its output's: it keeps the time steps), on which
@@ -730,14 +744,17 @@ class _Probe:
                 return False
             rate = clock[1]
         dup = _float64_copy(module)
-        if dup is not None and x.is_floating_point():
-            why = window_differs(dup, x.double(), in_axis, out_axis, window, later)
+        run, xx = (dup, x.double()) if dup is not None and x.is_floating_point() else (module, x)
+        if block:
+            why = blocks_differ(run, xx, in_axis, out_axis, block)
+            window = later = block - 1
         else:
-            why = window_differs(module, x, in_axis, out_axis, window, later)
+            assert window is not None
+            why = window_differs(run, xx, in_axis, out_axis, window, later)
         if why is not None:
             self.window_refusals[label] = why
             return False
-        stream._add_window(label, window, in_axis, out_axis, later, rate)
+        stream._add_window(label, window, in_axis, out_axis, later, rate, block)
         return True
 
     def cumulative(
@@ -833,6 +850,10 @@ class _Probe:
                         rec.on = False
                         self.first_wrong(spans, sizes, final=False)
                         where = rec.stack[-1][0] if rec.stack else None
+                        if where is not None and self.try_window(where):
+                            # it (or a module around it) reads a window or blocks of time
+                            # steps and raised on a chunk of another length: now streamed so
+                            raise _Retry from None
                         label = rec.label(where) if where is not None else err.label
                         raise _StreamFailed(label, k, err.error) from None
                     clocks = stream._clocks

@@ -470,12 +470,14 @@ class StreamingModule(nn.Module):
         out_axis: int,
         ahead: int = 0,
         rate: Fraction | None = None,
+        block: int = 0,
     ) -> None:
         """Stream the module ``label`` on its last ``reach`` input samples and the chunk
-        (measured: its output ``t`` reads its inputs ``t - reach .. t + ahead``; ``rate``:
-        its input's clock in a lookahead stream, whose delay its ``ahead`` joins)."""
+        (measured: its output ``t`` reads its inputs ``t - reach .. t + ahead``, or with
+        ``block``, those of the block of ``block`` steps holding ``t``; ``rate``: its
+        input's clock in a lookahead stream, whose delay its ``ahead`` joins)."""
         layer = self._layer_by_name(label)
-        self._windows[label] = WindowPlan(label, reach, in_axis, out_axis, ahead, rate)
+        self._windows[label] = WindowPlan(label, reach, in_axis, out_axis, ahead, rate, block)
         c = self._clocks
         if self._lookahead_mode and c is not None:
             self._clocks = make_clocks(
@@ -1495,7 +1497,9 @@ class StreamingModule(nn.Module):
         for name, w in self._windows.items():
             what = type(self._layer_by_name(name)).__name__
             reads = f"a window of {w.reach} earlier time steps"
-            if w.ahead:
+            if w.block:
+                reads = f"the block of {w.block} time steps holding each step"
+            elif w.ahead:
                 reads += f" and {w.ahead} later ones"
             row = f"{what} {name!r}: reads {reads} (measured); streams {w.how}, state {w.key!r}"
             if w.ahead and c is not None and name in c.adds:

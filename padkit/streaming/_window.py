@@ -25,6 +25,7 @@ from ._state import _Context, check_continues, claim_call
 __all__ = [
     "LONG_WINDOW_PROBE",
     "WindowPlan",
+    "blocks_differ",
     "chunk_sizes",
     "mismatch",
     "window_differs",
@@ -48,6 +49,9 @@ class WindowPlan:
     out_axis: int
     ahead: int = 0
     rate: Fraction | None = None
+    # blocks: output t reads the inputs of the block of ``block`` steps holding t (blocks
+    # from the stream's start); reach and ahead are then ``block - 1``
+    block: int = 0
 
     @property
     def key(self) -> str:
@@ -56,6 +60,11 @@ class WindowPlan:
     @property
     def how(self) -> str:
         """How the module streams, for messages."""
+        if self.block:
+            return (
+                f"on whole blocks of {self.block} input samples from the stream's start, "
+                "with the stream's lookahead"
+            )
         how = f"on a window of its last {self.reach} input samples"
         if self.ahead:
             how += f" and, with the stream's lookahead, its next {self.ahead}"
@@ -157,6 +166,8 @@ def _lookahead_step(
             f"{length} time steps from its step {a_in}, but the stream commits its inputs up "
             f"to {a_next}: its forward pads or crops time in code the stream does not see"
         )
+    if plan.block:
+        return _block_step(plan, layer, x, hist, h, dim, a_in, keep, ctx, quiet)
     xe = torch.cat([hist, x], dim) if hist is not None and h else x
     if h + length == 0:
         # nothing yet on its clock: its output on a zero window, for the shape of an empty one
@@ -168,6 +179,90 @@ def _lookahead_step(
     done = min(plan.reach, h + keep)
     ctx.state_out[plan.key] = xe.narrow(dim, h + keep - done, done).clone()
     return out.narrow(odim, h, length)
+
+
+def _block_step(
+    plan: WindowPlan,
+    layer: nn.Module,
+    x: Tensor,
+    hist: Tensor | None,
+    h: int,
+    dim: int,
+    a_in: int,
+    keep: int,
+    ctx: _Context,
+    quiet: Callable[[], AbstractContextManager[None]],
+) -> Tensor:
+    """A lookahead step of a module that reads in blocks of ``plan.block`` time steps: it
+    runs on whole blocks, from the block holding the span's first sample (its earlier
+    samples are in the state) to the end, the last block filled out with zeros; the
+    outputs of a block not yet complete read those zeros and are not committed (the block
+    is in the stream's delay), so the next step runs them again."""
+    w = plan.block
+    if h != a_in % w:
+        raise PaddingError(
+            f"step(): state {plan.key!r} holds {h} samples, but {type(layer).__name__} "
+            f"{plan.name!r} reads in blocks of {w} time steps and its input's next sample is "
+            f"{a_in}: {a_in % w} of its block came before; pass the state returned by the "
+            "previous step"
+        )
+    length = int(x.shape[dim])
+    xe = torch.cat([hist, x], dim) if hist is not None and h else x
+    total = h + length
+    fill = (-total) % w if total else w
+    if fill:
+        shape = list(xe.shape)
+        shape[dim] = fill
+        xe = torch.cat([xe, xe.new_zeros(shape)], dim)
+    out, odim = _run_on(plan, layer, xe, quiet)
+    # the samples of the next span's first block that come before it
+    a_next = a_in + keep
+    done = a_next % w
+    ctx.state_out[plan.key] = xe.narrow(dim, h + keep - done, done).clone()
+    return out.narrow(odim, h, length)
+
+
+def blocks_differ(
+    module: nn.Module, x: Tensor, in_axis: int, out_axis: int, block: int
+) -> str | None:
+    """Run ``module`` as a lookahead stream runs a module that reads in blocks (on whole
+    blocks from the start, the last one filled out with zeros, its outputs redone until its
+    block is complete) on ``x`` in chunks of 1, 7, 3 and the rest, and compare with its
+    run on all of ``x``; None where they agree, else why not."""
+    steps = int(x.shape[in_axis])
+    reads = f"the {block} time steps of its block"
+    with torch.no_grad():
+        try:
+            full = module(x.clone())
+            outs = []
+            done = seen = 0
+            for c in chunk_sizes(steps):
+                seen += c
+                upto = seen if seen == steps else seen - seen % block
+                part = x.narrow(in_axis, done, seen - done)
+                fill = (-(seen - done)) % block
+                if fill:
+                    shape = list(part.shape)
+                    shape[in_axis] = fill
+                    part = torch.cat([part, part.new_zeros(shape)], in_axis)
+                if upto > done:
+                    outs.append(module(part).narrow(out_axis, 0, upto - done))
+                done = upto
+            got = torch.cat(outs, out_axis)
+        except Exception as err:
+            first = str(err).splitlines()[0] if str(err) else type(err).__name__
+            return (
+                f"its output t reads {reads}, but it raises when run on whole blocks "
+                f"({type(err).__name__}: {first})"
+            )
+    d = mismatch(full, got)
+    if d is not None:
+        return (
+            f"its output t reads {reads}, but run on whole blocks from the start, as a "
+            f"stream runs it, its output differs from the full run's"
+            + ("" if d == math.inf else f" by {d:.3g}")
+        )
+    return None
 
 
 def window_differs(
