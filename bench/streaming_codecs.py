@@ -18,6 +18,9 @@ Cases (random weights, small configs, nothing downloaded):
   strides 2, 4, 8, no attention): non-causal, streamed with ``lookahead="auto"``; its
   last outputs come from ``flush()`` (untimed) and the stream is compared with the full run
   on the same samples. No peer.
+* **snac encoder (lookahead) + attention**: the same with SNAC's ``LocalMHA`` at the end
+  (blocks of ``--snac-window`` frames, 8 by default: SNAC's own 32 would make the delay
+  2 000 samples longer than the streams here), streamed on whole blocks.
 * **encodec SEANet encoder** (Meta's ``encodec.modules.seanet.SEANetEncoder``, causal,
   ``pad_mode="constant"``, its two-layer LSTM, old-style weight norm; same widths and ratios
   as the moshi case). No peer: the package has no streaming of its own.
@@ -353,19 +356,23 @@ def encodec_case(filters: int, dimension: int) -> Case:
     )
 
 
-def snac_case(filters: int) -> Case:
-    """SNAC's convolutional encoder (no attention), non-causal: streamed with lookahead."""
+def snac_case(filters: int, window: int | None = None) -> Case:
+    """SNAC's encoder, non-causal: streamed with lookahead; ``window``: with its local
+    attention over blocks of that many frames (streamed on whole blocks)."""
     layers = load("snac", "snac.layers")
     torch.manual_seed(3)
     strides = [2, 4, 8]
-    enc = layers.Encoder(d_model=filters, strides=strides, attn_window_size=None).eval()
+    enc = layers.Encoder(d_model=filters, strides=strides, attn_window_size=window).eval()
     hop = math.prod(strides)
     t0 = time.perf_counter()
     stream = StreamingModule(model_copy(enc), lookahead="auto")
+    # the delay includes the attention's block: measured when the stream checks the model
+    stream.init_state(example=torch.zeros(1, 1, 1))
+    attention = "no attention" if window is None else f"local attention in blocks of {window}"
     return Case(
-        "snac encoder (lookahead)",
-        f"snac {_version('snac')} Encoder (d_model={filters}, strides {strides}, no attention, "
-        f"hop {hop}), streamed with lookahead='auto'",
+        "snac encoder (lookahead)" + ("" if window is None else " + attention"),
+        f"snac {_version('snac')} Encoder (d_model={filters}, strides {strides}, {attention}, "
+        f"hop {hop}), streamed with lookahead='auto', delay {stream.delay}",
         enc,
         stream,
         None,
@@ -637,6 +644,12 @@ def main() -> None:
     parser.add_argument("--hops", type=int, default=8, help="hops streamed at hop chunks")
     parser.add_argument("--short", type=int, default=1, help="hops streamed at chunks 1, 7")
     parser.add_argument("--no-encodec", action="store_true", help="skip the encodec case")
+    parser.add_argument(
+        "--snac-window",
+        type=int,
+        default=8,
+        help="SNAC's attention block in frames for its second case (0: no such case)",
+    )
     parser.add_argument("--profile", action="store_true", help="profile padkit's step")
     parser.add_argument("--top", type=int, default=15, help="rows per profile table")
     args = parser.parse_args()
@@ -649,6 +662,7 @@ def main() -> None:
         lambda: [cached_conv_case(args.cc_width)],
         lambda: [] if args.no_encodec else [encodec_case(args.filters, args.dimension)],
         lambda: [snac_case(args.filters)],
+        lambda: [snac_case(args.filters, args.snac_window)] if args.snac_window else [],
     ):
         try:
             cases += make()

@@ -228,7 +228,7 @@ def test_unconverted_codecs_raise_naming_the_module() -> None:
     m = mimi()
     sm = StreamingModule(m.encoder.downsample)  # pad_mode="replicate", extra padding
     x = torch.randn(1, 8, 16)
-    with pytest.raises(PaddingError, match="MimiConv1d '<model>' returned 15 time steps"):
+    with pytest.raises(PaddingError, match=r"MimiConv1d '<model>' returned \d+ time steps in all"):
         sm.step(x[..., :7], sm.init_state(example=x[..., :1]))
     for model in (e.encoder, m.encoder.encoder_seanet):
         sm = StreamingModule(model)

@@ -543,6 +543,19 @@ def describe(f: _Finding, ahead: int | None = None) -> str:
 # ----------------------------------------------------------------------------- the probe
 
 
+# first lengths the probe tries for a pair of full runs whose time axes are unambiguous
+_AXIS_TRIES = 4
+
+
+def _whole(n: int, hop: int) -> int:
+    """The shortest probe length of at least ``n`` samples that is ``hop`` times a power of
+    two: a whole number of every block, window or frame size that is a power of two, which
+    the lengths a model is run at in use usually are (a module in blocks of 8 frames then
+    sees whole blocks in the probe's full runs, as in the model's own use)."""
+    k = max(1, -(-n // max(hop, 1)))
+    return max(hop, 1) * (1 << (k - 1).bit_length())
+
+
 class _Probe:
     def __init__(self, stream: Any, chunk: Tensor) -> None:
         self.stream = stream
@@ -612,20 +625,54 @@ class _Probe:
 
     def accept(self, lengths: list[int]) -> int | None:
         """The first length the model's full run accepts (recorded in ``self.full``), and a
-        second run at another length (``self.second``: the time axes)."""
+        second run at another length (``self.second``: the time axes). A pair of lengths at
+        which a measured module's time axis is ambiguous (several of its axes change with the
+        length: an attention in blocks whose count and size both follow a length that is not
+        a whole number of blocks) is passed over for the next pair that runs, up to
+        ``_AXIS_TRIES`` first lengths; failing that, the first pair is kept."""
+        first: tuple[Any, ...] | None = None
+        tried = 0
         for n in lengths:
-            if self.run_full(n):
-                self.full, self.full_order, self.n = self.rec.calls, self.rec.order, n
-                self.second = None
-                for m in (n + 2 * self.hop, n + self.hop, 2 * n, n + 3 * self.hop):
-                    if self.run_full(m, seed=99):
-                        self.second, self.n2 = self.rec.calls, m
+            if tried >= _AXIS_TRIES and first is not None:
+                break
+            if not self.run_full(n):
+                continue
+            tried += 1
+            full = (self.rec.calls, self.rec.order, n)
+            second: tuple[Any, int] | None = None
+            for m in (2 * n, n + 2 * self.hop, n + self.hop, n + 3 * self.hop):
+                if self.run_full(m, seed=99):
+                    second = (self.rec.calls, m)
+                    if not self._ambiguous(full[0], second[0]):
                         break
-                return n
-        return None
+            if first is None:
+                first = (full, second)
+            if second is not None and not self._ambiguous(full[0], second[0]):
+                first = (full, second)
+                break
+        if first is None:
+            return None
+        (self.full, self.full_order, self.n), second = first
+        self.second = None
+        if second is not None:
+            self.second, self.n2 = second
+        return self.n
+
+    def _ambiguous(self, a: dict[int, list[_Call]], b: dict[int, list[_Call]]) -> bool:
+        """Whether a measured module's input or output has several axes that differ in size
+        between the full runs ``a`` and ``b``."""
+        for label in self.stream._measure:
+            module = _get(self.model, label)
+            if module is None:
+                continue
+            for ca, cb in zip(a.get(id(module), []), b.get(id(module), [])):
+                ins = _axes((ca.args, ca.kwargs), (cb.args, cb.kwargs))
+                if _AMBIGUOUS in ins or _AMBIGUOUS in _axes(ca.out, cb.out):
+                    return True
+        return False
 
     def lengths(self) -> list[int]:
-        n0 = self.hop * max(3, math.ceil(max(24, self.minimum) / self.hop))
+        n0 = _whole(max(24, self.minimum, 3 * self.hop), self.hop)
         return probe_lengths(n0, self.hop, self.minimum, self.length)
 
     def call_axes(self, key: int, i: int) -> tuple[list[int | None], list[int | None]] | None:
@@ -1133,9 +1180,7 @@ def _probe(stream: Any, probe: _Probe) -> bool:
             longest = max((w.reach + w.ahead for w in stream._windows.values()), default=0)
             if 4 * longest + 8 > probe.n or probe.minimum > probe.n:
                 # the probe streams past every window, so that each runs on a full history
-                need = probe.hop * math.ceil(
-                    (max(4 * longest + 8, probe.minimum) + lead) / probe.hop
-                )
+                need = _whole(max(4 * longest + 8, probe.minimum) + lead, probe.hop)
                 if probe.accept(probe_lengths(need, probe.hop, need)) is None:
                     probe.accept(probe.lengths())
             try:
