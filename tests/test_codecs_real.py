@@ -22,7 +22,6 @@ import importlib
 import importlib.util
 import sys
 import types
-import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -30,6 +29,7 @@ from typing import Any
 import pytest
 import torch
 from chunk_plans import plans, tol
+from packages import load
 from torch import Tensor, nn
 
 from padkit import PaddingError
@@ -46,25 +46,6 @@ DTYPES = [torch.float64, torch.float32]
 
 
 # ----------------------------------------------------------------------------- imports
-
-
-def load(package: str, module: str) -> Any:
-    """``module`` from ``package``, skipping the test when the package is not installed; the
-    package's ``__init__`` is bypassed when it imports something not installed."""
-    if importlib.util.find_spec(package) is None:
-        pytest.skip(f"{package} is not installed")
-    try:
-        importlib.import_module(package)
-    except ImportError:
-        spec = importlib.util.find_spec(package)
-        assert spec is not None and spec.submodule_search_locations is not None
-        bare = types.ModuleType(package)
-        bare.__path__ = list(spec.submodule_search_locations)
-        bare.__spec__ = spec
-        sys.modules[package] = bare
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return importlib.import_module(module)
 
 
 @contextmanager

@@ -18,6 +18,7 @@ from collections.abc import Callable
 import pytest
 import torch
 import torch.nn.functional as F
+from packages import load
 from torch import Tensor, nn
 
 from padkit.recognise import ProbeError, probe, record
@@ -410,7 +411,7 @@ def test_pad_read_twice_is_skipped_and_never_silent() -> None:
 @pytest.mark.filterwarnings("ignore:`torch.nn.utils.weight_norm` is deprecated:FutureWarning")
 @pytest.mark.parametrize("pad_mode", ["constant", "reflect"])
 def test_encodec_seanet(pad_mode: str) -> None:
-    modules = pytest.importorskip("encodec.modules", reason="encodec is not installed")
+    modules = load("encodec", "encodec.modules")
     torch.manual_seed(6)
     enc = modules.SEANetEncoder(
         channels=1, dimension=4, n_filters=2, ratios=[2, 2], causal=True, pad_mode=pad_mode
