@@ -170,8 +170,10 @@ class HeldBuffer:
         "count_t",
         "cpu",
         "dim",
+        "dtype",
         "flat",
         "lead",
+        "ndim",
         "one",
         "out",
         "shapes",
@@ -183,6 +185,8 @@ class HeldBuffer:
         self.count_t = held_count(count)
         self.cap = int(buf.shape[dim])
         self.dim = dim
+        self.dtype = buf.dtype
+        self.ndim = buf.dim()
         self.out = out
         one = list(buf.shape)
         one[dim] = 1
@@ -196,19 +200,25 @@ class HeldBuffer:
         self.flat = arr.reshape(-1) if arr is not None and buf.numel() == self.cap else None
 
     def write(self, chunk: Tensor) -> Tensor | None:
-        if chunk.dtype is not self.buf.dtype or chunk.requires_grad:
+        if chunk.dtype is not self.dtype or chunk.requires_grad:
             return None
         n = self.count
-        shape = chunk.shape
-        if shape == self.one:  # (a 1-sample chunk of the held input's shape: the common case)
-            k = 1
-            if self.flat is not None and n < self.cap and chunk.is_cpu:
-                self.flat[n] = chunk.item()
+        flat = self.flat
+        # one element per sample (every other axis of size 1): a chunk of one element and as
+        # many axes is a 1-sample chunk of the held input's shape, the common case
+        if flat is not None and chunk.numel() == 1 and chunk.dim() == self.ndim:
+            if n < self.cap and chunk.is_cpu:
+                flat[n] = chunk.item()
                 n += 1
                 count = _COUNTS.get(n)
-                self.count = n
-                self.count_t = count if count is not None else held_count(n)
-                return self.count_t
+                if count is None:
+                    count = held_count(n)
+                self.count, self.count_t = n, count
+                return count
+            return None
+        shape = chunk.shape
+        if shape == self.one:
+            k = 1
         else:
             if len(shape) != len(self.one):
                 return None
