@@ -270,3 +270,61 @@ def test_a_state_whose_input_does_not_start_on_a_hop_is_refused() -> None:
             with pytest.raises(PaddingError, match=r"'<stream>\.input' holds"):
                 sm.step(x[..., :1], {**state, "<stream>.input": bad})
         sm.step(x[..., :1], state)  # the state as returned goes on
+
+
+class ConvNeXtNTC(nn.Module):
+    """A Vocos-style backbone returning ``(N, T, C)`` for an ``(N, C, T)`` input: an
+    embedding conv, a stride-2 conv, a ConvNeXt block (depthwise 'same' k7, LayerNorm over
+    channels and pointwise ``Linear`` layers on the transposed tensor) and a final norm; a
+    stride-4 conv between (hop 4)."""
+
+    def __init__(self, causal: bool = False) -> None:
+        super().__init__()
+        import padkit.nn as pn
+
+        pad = "causal" if causal else "same"
+        self.embed = pn.Conv1d(3, 8, 5, padding=pad)
+        self.down = pn.Conv1d(8, 8, 8, stride=4, padding="causal" if causal else ((2, 2),))
+        self.dw = pn.Conv1d(8, 8, 7, padding=pad, groups=8)
+        self.norm = nn.LayerNorm(8)
+        self.pw = nn.Sequential(nn.Linear(8, 16), nn.GELU(), nn.Linear(16, 8))
+        self.final = nn.LayerNorm(8)
+
+    def forward(self, x: Tensor) -> Tensor:
+        h = self.down(self.embed(x))
+        h = h + self.pw(self.norm(self.dw(h).transpose(1, 2))).transpose(1, 2)
+        return self.final(h.transpose(1, 2))
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["f64", "f32"])
+@pytest.mark.parametrize("causal", [False, True], ids=["lookahead", "causal"])
+def test_a_model_returning_time_major_output_streams_on_its_time_axis(
+    causal: bool, dtype: torch.dtype
+) -> None:
+    """The output's time axis (1, of ``(N, T, C)``) is not the input's (-1): a lookahead
+    stream cuts its committed outputs on the axis measured to follow the length, a causal
+    stream holds short chunks by the output counts on it, and ``verify`` joins the chunks'
+    outputs on it. Every chunking, batch 2, against the full run."""
+    torch.manual_seed(5)
+    net = ConvNeXtNTC(causal).to(dtype).eval()
+    sm = StreamingModule(net, **({} if causal else {"lookahead": "auto"}))
+    x = torch.randn(2, 3, 64, dtype=dtype)
+    with torch.no_grad():
+        full = net(x)
+        for name, sizes in plans(64, 4, seed=3).items():
+            state = sm.init_state(example=x[..., :1])
+            outs = []
+            for chunk in x.split(sizes, -1):
+                y, state = sm.step(chunk, state)
+                assert y.shape[0] == 2 and y.shape[2] == 8, (name, y.shape)
+                outs.append(y)
+            if not causal:
+                outs.append(sm.flush(state))
+            torch.testing.assert_close(torch.cat(outs, 1), full, **tol(dtype))
+        assert sm.verify(x, [1] * 64) <= 1e-4
+    if causal:
+        # 1-sample chunks are held until they complete an output frame
+        assert any(s is not None for s in sm._holds.values())
+    else:
+        # the embedding's 2, the stride-4 conv's 7 - 2, the depthwise conv's 3 frames of 4
+        assert sm.delay == 2 + 5 + 4 * 3

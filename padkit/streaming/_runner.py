@@ -141,6 +141,15 @@ def _layer_call(self: Any, x: Any = None, *args: Any, **kwargs: Any) -> Any:
     return runner._call_layer(plan, layer, x, args, kwargs)
 
 
+def _changed_axis(a: tuple[int, ...], b: tuple[int, ...]) -> int | None:
+    """The one axis whose size differs between the output shapes ``a`` and ``b`` of two
+    runs at different lengths, else None."""
+    if len(a) != len(b):
+        return None
+    diff = [i for i in range(len(a)) if a[i] != b[i]]
+    return diff[0] if len(diff) == 1 else None
+
+
 def _measured_call(self: Any, x: Any = None, *args: Any, **kwargs: Any) -> Any:
     """The stand-in ``__call__`` (and ``forward``) of a module measured to stream on a window
     or with its running sums carried."""
@@ -245,7 +254,10 @@ class StreamingModule(nn.Module):
         - Input of :meth:`step`: ``(N, C, ..., T_chunk, ...)``, the time axis at ``axis``;
           ``T_chunk`` may be any size, 0 included.
         - Output: what ``model`` returns, its time axis holding the outputs the chunk
-          completes (for a stride-``S`` model, about ``T_chunk / S`` of them).
+          completes (for a stride-``S`` model, about ``T_chunk / S`` of them). The output's
+          time axis may be another than the input's (``(N, T, C)`` from an ``(N, C, T)``
+          input): lookahead streams cut their outputs on the axis measured to follow the
+          input's length.
 
     Example:
         >>> import padkit.nn as pn
@@ -1045,7 +1057,7 @@ class StreamingModule(nn.Module):
                     return None
                 if not isinstance(out, Tensor):
                     return None
-                odim = self.axis if self.axis >= 0 else out.dim() + self.axis
+                odim = self._out_dim(out.dim())
                 counts = {}
                 for key in pilots:
                     v = ctx.state_out.get(key)
@@ -1053,6 +1065,7 @@ class StreamingModule(nn.Module):
                         counts[key] = int(v.reshape(()))
                 return int(out.shape[odim]), counts
 
+            self._measure_out_axis(x)
             with self._lock:
                 schedule = measure_schedule(run, hop, minimum, pilots)
         if len(self._holds) >= 64:
@@ -1223,10 +1236,46 @@ class StreamingModule(nn.Module):
         self._check_chunk(empty, "flush(): example")
         return self._step_causal(empty, state, lazy=False, final=True)[0]
 
+    def _out_dim(self, ndim: int) -> int:
+        """The time axis of the model's output of ``ndim`` axes: the one measured to follow
+        the input's length (a model may return ``(N, T, C)`` for an ``(N, C, T)`` input),
+        else the input's ``axis``."""
+        a = self.__dict__.get("_out_axis")
+        if a is not None and a < ndim:
+            return int(a)
+        return self.axis if self.axis >= 0 else ndim + self.axis
+
+    def _measure_out_axis(self, chunk: Tensor) -> None:
+        """Find the output's time axis (:meth:`_out_dim`) from the model's full runs on zeros
+        at two lengths, once per stream; where no single axis follows the length, or the
+        model runs at fewer than two lengths, the input's ``axis`` stands."""
+        if "_out_axis" in self.__dict__:
+            return
+        dim = self.axis if self.axis >= 0 else chunk.dim() + self.axis
+        shape = list(chunk.shape)
+        shape[0] = 1
+        hop, minimum = self._hop_and_minimum()
+        shapes: list[tuple[int, ...]] = []
+        with self._lock, unchanged(self.model), torch.no_grad():
+            for n in probe_lengths(hop * max(2, math.ceil(minimum / hop)), hop, minimum):
+                if len(shapes) == 2:
+                    break
+                shape[dim] = n
+                try:
+                    out = self.model(chunk.new_zeros(shape))
+                except Exception:  # (a length the model refuses: the next)
+                    continue
+                if not isinstance(out, Tensor):
+                    break
+                shapes.append(tuple(out.shape))
+        self.__dict__["_out_axis"] = _changed_axis(*shapes) if len(shapes) == 2 else None
+
     def _clocks_for(self, chunk: Tensor) -> Clocks:
         """The lookahead stream's clocks, measured on the first input shape (each layer's
         input length and the output's, in full runs of the model on zeros at two lengths)."""
         if self._clocks is not None:
+            if "_out_axis" not in self.__dict__:  # (stride 1: clocks known, not measured)
+                self._measure_out_axis(chunk)
             return self._clocks
         with self._lock:
             rates, out = self._measure_rates(chunk)
@@ -1255,7 +1304,7 @@ class StreamingModule(nn.Module):
 
             return pre
 
-        runs: list[tuple[int, dict[str, int], int]] = []
+        runs: list[tuple[int, dict[str, int], tuple[int, ...]]] = []
         tried: list[str] = []
         try:
             for name, plan in self._plans.items():
@@ -1278,8 +1327,7 @@ class StreamingModule(nn.Module):
                             f"{type(out).__name__}; lookahead streaming needs a model that "
                             "returns one tensor (its outputs are cut at the committed samples)"
                         )
-                    odim = self.axis if self.axis >= 0 else out.dim() + self.axis
-                    runs.append((n, dict(seen), int(out.shape[odim])))
+                    runs.append((n, dict(seen), tuple(out.shape)))
         finally:
             for h in handles:
                 h.remove()
@@ -1289,7 +1337,10 @@ class StreamingModule(nn.Module):
                 f"lengths tried ({'; '.join(tried[:3])}); a lookahead stream measures each "
                 "layer's clock on two full runs"
             )
-        (n1, l1, o1), (n2, l2, o2) = runs
+        (n1, l1, s1), (n2, l2, s2) = runs
+        self.__dict__["_out_axis"] = _changed_axis(s1, s2)
+        odim = self._out_dim(len(s1))
+        o1, o2 = s1[odim], s2[odim]
         rates: dict[str, Fraction] = {}
         for name, plan in self._plans.items():
             if name not in l1 or name not in l2:
@@ -1361,7 +1412,7 @@ class StreamingModule(nn.Module):
                 f"StreamingModule(lookahead=...): the model returned {type(out).__name__}; "
                 "lookahead streaming needs a model that returns one tensor"
             )
-        odim = self.axis if self.axis >= 0 else out.dim() + self.axis
+        odim = self._out_dim(out.dim())
         a_out = clocks.at(clocks.out, start)
         first = clocks.committed(clocks.out, n_prev) - a_out
         last = int(out.shape[odim]) if final else clocks.committed(clocks.out, n) - a_out

@@ -43,7 +43,22 @@ def verify(
             outs.append(stream.flush(state))
     if not isinstance(full, Tensor):
         raise TypeError(f"verify(): the model must return a Tensor, got {type(full).__name__}")
-    odim = stream.axis if stream.axis >= 0 else full.dim() + stream.axis
+    # the output's time axis: the stream's (measured where the model returns another
+    # layout, (N, T, C) for an (N, C, T) input), or the one axis the chunks' outputs add up on
+    nd = full.dim()
+    odim = stream._out_dim(nd)
+    fits = [
+        a
+        for a in range(nd)
+        if all(
+            isinstance(p, Tensor)
+            and p.dim() == nd
+            and all(p.shape[b] == full.shape[b] for b in range(nd) if b != a)
+            for p in outs
+        )
+    ]
+    if fits and odim not in fits:
+        odim = fits[0]
     try:
         streamed = torch.cat(outs, dim=odim)
     except RuntimeError as err:
