@@ -353,3 +353,59 @@ def test_a_traced_cumulative_module_follows_a_changed_plain_attribute() -> None:
         assert sm._cumulative["1"].traced
         mean.scale = -3.0
         torch.testing.assert_close(stream(sm, x, [4] * 7 + [2]), net(x))
+
+
+class RotaryTable(nn.Module):
+    """The cos and sin of every position's angles, ``(T, d)``: a positional table."""
+
+    def __init__(self, d: int) -> None:
+        super().__init__()
+        self.register_buffer("freq", 1.0 / 10.0 ** torch.linspace(0, 2, d // 2))
+
+    def forward(self, x: Tensor) -> tuple[Tensor, Tensor]:
+        t = torch.arange(x.shape[1], dtype=x.dtype, device=x.device)
+        angles = t[:, None] * self.freq.to(x.dtype)
+        return angles.cos(), angles.sin()
+
+
+class RotaryLocalAttention(nn.Module):
+    """Causal attention within the last ``w`` steps of an ``(N, C, T)`` input, queries and
+    keys rotated by their positions: the scores depend on position differences only."""
+
+    def __init__(self, c: int, w: int) -> None:
+        super().__init__()
+        self.w = w
+        self.qkv = nn.Linear(c, 3 * c)
+        self.rope = RotaryTable(c)
+
+    def forward(self, x: Tensor) -> Tensor:
+        h = x.transpose(1, 2)
+        q, k, v = self.qkv(h).chunk(3, -1)
+        cos, sin = self.rope(h)
+
+        def rotate(u: Tensor) -> Tensor:
+            a, b = u.chunk(2, -1)
+            return torch.cat([a * cos - b * sin, a * sin + b * cos], -1)
+
+        q, k = rotate(q), rotate(k)
+        i = torch.arange(x.shape[-1])
+        band = (i[None, :] <= i[:, None]) & (i[:, None] - i[None, :] < self.w)
+        att = (q @ k.transpose(1, 2)).masked_fill(~band, float("-inf")).softmax(-1)
+        return x + (att @ v).transpose(1, 2)
+
+
+def test_a_positional_table_inside_a_windowed_attention_streams_with_it() -> None:
+    """The rotary table alone depends on where a time step sits (measured so, it would be
+    refused), but the attention around it uses position differences only: the attention
+    streams on its window as a whole, the table running inside it."""
+    torch.manual_seed(6)
+    net = nn.Sequential(pn.Conv1d(2, 8, 3, padding="causal"), RotaryLocalAttention(8, 5))
+    net = net.double().eval()
+    sm = StreamingModule(net)
+    x = torch.randn(2, 2, 80, dtype=torch.float64)
+    with torch.no_grad():
+        torch.testing.assert_close(stream(sm, x, [1, 7, 3, 13, 56]), net(x))
+    assert set(sm._windows) == {"1"}
+    # alone, the table is refused with its measurement
+    with pytest.raises(PaddingError, match=r"RotaryTable '1'.*where a time step sits"):
+        StreamingModule(nn.Sequential(nn.Identity(), RotaryTable(8)), axis=1)(torch.randn(1, 8, 4))

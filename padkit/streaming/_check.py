@@ -690,7 +690,7 @@ class _Probe:
         stream = self.stream
         for label, kind in stream._measure.items():
             module = _get(self.model, label)
-            if module is None:
+            if module is None or self._inside_measured(label):
                 continue
             calls = self.full.get(id(module), [])
             what = f"{type(module).__name__} {label!r}"
@@ -705,6 +705,10 @@ class _Probe:
                     found = measure(module, call.args, call.kwargs, axes[0], axes[1])
                     if self.windowed(label, module, found, i):
                         break
+                if found is not None and self._window_around(label):
+                    # a module around it streams on a window as a whole (a rotary or
+                    # sinusoidal position table inside a local attention): it runs there
+                    break
                 if isinstance(found, _Finding):
                     allowed = (
                         " It is declared in allow=, but it does not act on each time step on "
@@ -724,6 +728,23 @@ class _Probe:
                         f"on its own: it cannot be measured ({found}). If it does, pass "
                         f"allow=[{cls}] (or allow=[{label!r}])"
                     )
+
+    def _inside_measured(self, label: str) -> bool:
+        """Whether ``label`` is inside a module that streams on a window or with its sums
+        carried (it runs within that module's own forward)."""
+        stream = self.stream
+        return any(label.startswith(w + ".") for w in [*stream._windows, *stream._cumulative])
+
+    def _window_around(self, label: str) -> bool:
+        """For a measured module that does not act on each time step on its own: stream the
+        innermost module around it that measures as a window (or blocks) with one (see
+        :meth:`windowed`); True where one now does."""
+        parts = label.split(".")
+        for depth in range(len(parts) - 1, 0, -1):
+            parent = _get(self.model, ".".join(parts[:depth]))
+            if parent is not None and self._try_window_at(id(parent)):
+                return True
+        return False
 
     def windowed(self, label: str, module: nn.Module, found: Any, i: int = 0) -> bool:
         """Stream ``module`` with a window of its last input samples when ``found`` measured
