@@ -328,3 +328,58 @@ def test_a_model_returning_time_major_output_streams_on_its_time_axis(
     else:
         # the embedding's 2, the stride-4 conv's 7 - 2, the depthwise conv's 3 frames of 4
         assert sm.delay == 2 + 5 + 4 * 3
+
+
+class NearestDecoder(nn.Module):
+    """A decoder that upsamples by ``nn.Upsample`` (nearest, x2 then x3), each followed by a
+    'same' conv of an even kernel (stable-audio-tools' Oobleck decoder with
+    ``use_nearest_upsample=True`` upsamples so), and a ``repeat_interleave`` in code."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.pre = nn.Conv1d(4, 8, 3, padding=1)
+        self.up2 = nn.Sequential(nn.Upsample(scale_factor=2), nn.Conv1d(8, 8, 4, padding="same"))
+        self.up3 = nn.Sequential(nn.Upsample(scale_factor=3), nn.Conv1d(8, 4, 6, padding="same"))
+        self.post = nn.Conv1d(4, 1, 5, padding=2)
+
+    def forward(self, x: Tensor) -> Tensor:
+        h = self.up3(torch.tanh(self.up2(torch.tanh(self.pre(x)))))
+        return self.post(h.repeat_interleave(2, -1))
+
+
+@pytest.mark.filterwarnings("ignore:Using padding='same' with even kernel:UserWarning")
+@pytest.mark.parametrize("dtype", DTYPES, ids=["f64", "f32"])
+def test_nearest_upsampling_streams_with_lookahead(dtype: torch.dtype) -> None:
+    """``nn.Upsample`` (nearest) is measured to read each input step alone for its
+    outputs at 2 (then 3) times the rate: it streams as written, and the clocks after it
+    are measured (not taken as the input's, as for stride-1 layers). Every chunking of the
+    latent frames, batch 2; the output delay adds up each conv's right pad on its clock."""
+    torch.manual_seed(7)
+    net = NearestDecoder().to(dtype).eval()
+    sm = StreamingModule(net, lookahead="auto")
+    z = torch.randn(2, 4, 20, dtype=dtype)
+    with torch.no_grad():
+        full = net(z)
+        for name, sizes in plans(20, 1, seed=4).items():
+            state = sm.init_state(example=z[..., :1])
+            outs = []
+            for chunk in z.split(sizes, -1):
+                y, state = sm.step(chunk, state)
+                outs.append(y)
+            outs.append(sm.flush(state))
+            torch.testing.assert_close(torch.cat(outs, -1), full, **tol(dtype), msg=name)
+    # in output samples (12 per frame): pre 1 frame (12), k4 'same' at x2 2 (6 each),
+    # k6 'same' at x6 3 (2 each), post 2 at x12
+    assert sm.output_delay == 12 + 2 * 6 + 3 * 2 + 2
+
+
+def test_upsampling_that_reads_neighbours_is_refused_with_the_measurement() -> None:
+    import padkit.nn as pn
+
+    net = nn.Sequential(pn.Conv1d(2, 4, 3, padding="causal"), nn.Upsample(scale_factor=2))
+    x = torch.randn(1, 2, 40)
+    with torch.no_grad():
+        assert StreamingModule(net).verify(x, [1] * 40) <= 1e-6  # nearest: causal too
+    net[1] = nn.Upsample(scale_factor=2, mode="linear")
+    with pytest.raises(PaddingError, match=r"Upsample '1'.*output 0 depends on input 1"):
+        StreamingModule(net).verify(x, [1] * 40)

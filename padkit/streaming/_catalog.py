@@ -70,6 +70,9 @@ _MEASURED: tuple[type[nn.Module], ...] = (
     nn.InstanceNorm1d,
     nn.InstanceNorm2d,
     nn.InstanceNorm3d,
+    # an integer factor along time in mode "nearest": each input step becomes that many
+    # output steps, read from it alone (measured; other modes read neighbours: refused so)
+    nn.Upsample,
 )
 
 _PER_STEP = _ELEMENTWISE + _MEASURED
@@ -108,7 +111,7 @@ _REFUSED: tuple[tuple[tuple[type[nn.Module], ...], str], ...] = (
         "it normalises with statistics over the whole sequence",
     ),
     (
-        (nn.Upsample, nn.PixelShuffle, nn.PixelUnshuffle, nn.Fold, nn.Unfold),
+        (nn.PixelShuffle, nn.PixelUnshuffle, nn.Fold, nn.Unfold),
         "it resamples or regroups the spatial axes, time included",
     ),
     (

@@ -391,11 +391,17 @@ def measure(
         if o.shape != o2.shape or float((o - o2).abs().max()) > t:
             return "its output differs between two runs on the same input (it is random)"
         tol.append(t)
+    # outputs per input step: an upsampler (each input step becomes ``up`` output steps)
+    up = 1
     for j, ax in enumerate(out_axes):
         o = base[j]
         if ax == _AMBIGUOUS and tol[j] != math.inf:
             return "several axes of its output follow the sequence length"
         if ax is not None and ax != _AMBIGUOUS and int(o.shape[ax]) != steps:
+            n_out = int(o.shape[ax])
+            if n_out % steps == 0 and n_out // steps >= 2 and up in (1, n_out // steps):
+                up = n_out // steps
+                continue
             return _Finding(
                 f"its output has {int(o.shape[ax])} time steps for its input's {steps}: it "
                 "resamples or pools time"
@@ -437,7 +443,7 @@ def measure(
             per_t = d.movedim(ax, 0).reshape(steps, -1).amax(1)
             for q in (per_t > tol[j]).nonzero().flatten().tolist():
                 if q == p:
-                    continue
+                    continue  # (an upsampler's outputs of one input step count as one step)
                 if q > p:
                     reach[p] = max(reach[p], q - p)
                 else:
@@ -455,7 +461,7 @@ def measure(
     if ahead is not None and back is not None:
         ahead.back = back
     found_any = ahead or back
-    if found_any is not None and lookahead is None:
+    if found_any is not None and lookahead is None and up == 1:
         # a window: every perturbed input moves the outputs up to the same distance after it
         # and the same distance before it (where the sequence has room for them), and, from
         # the middle on, stops well before either end of the sequence
@@ -499,7 +505,7 @@ def measure(
             ax = out_axes[j]
             if tol[j] == math.inf or ax is None or not isinstance(o1, Tensor):
                 continue
-            ref = o0.narrow(ax, lo, hi - lo)
+            ref = o0.narrow(ax, lo * up, (hi - lo) * up)
             if o1.shape != ref.shape:
                 continue
             d = float((o1 - ref).abs().max()) if ref.numel() else 0.0
@@ -1185,6 +1191,7 @@ def _probe(stream: Any, probe: _Probe) -> bool:
             )
         return False
     probe.measure_leaves()
+    stream._confirm_clocks(probe.chunk)
     if not stream._check:
         return True
     lead = 0

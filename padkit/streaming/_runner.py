@@ -1236,6 +1236,25 @@ class StreamingModule(nn.Module):
         self._check_chunk(empty, "flush(): example")
         return self._step_causal(empty, state, lazy=False, final=True)[0]
 
+    def _confirm_clocks(self, chunk: Tensor) -> None:
+        """A lookahead stream of stride-1 layers takes every clock to be the input's; code
+        between them may resample time all the same (an ``nn.Upsample``): measured once,
+        on two full runs, before the first step, and the clocks made from what was
+        measured where they differ."""
+        c = self._clocks
+        if not self._lookahead_mode or c is None or self.__dict__.get("_clocks_confirmed"):
+            return
+        with self._lock:
+            try:
+                rates, out = self._measure_rates(chunk)
+            except PaddingError:  # (a layer not called at both lengths: the check says)
+                rates, out = c.rates, c.out
+            if rates != c.rates or out != c.out:
+                self._clocks = make_clocks(
+                    self._plans, rates, out, self._lookahead, self._window_clocks()
+                )
+            self.__dict__["_clocks_confirmed"] = True
+
     def _out_dim(self, ndim: int) -> int:
         """The time axis of the model's output of ``ndim`` axes: the one measured to follow
         the input's length (a model may return ``(N, T, C)`` for an ``(N, C, T)`` input),
