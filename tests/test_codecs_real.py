@@ -171,6 +171,24 @@ def test_encodec_seanet_float32(part: str, pad_mode: str, lstm: int) -> None:
         check(make, 4, 10, 1, torch.float32)
 
 
+def test_encodec_non_causal_decoder_with_its_lstm_streams_with_lookahead() -> None:
+    """EnCodec's non-causal SEANet decoder (its 48 kHz layout, zero pads: lookahead
+    streams pad time with zeros), converted: its two-layer LSTM streams with lookahead, its
+    state carried over the committed frames only."""
+    seanet = load("encodec", "encodec.modules.seanet")
+    make = lambda: seanet.SEANetDecoder(  # noqa: E731
+        channels=1,
+        dimension=4,
+        n_filters=2,
+        ratios=[2, 2],
+        causal=False,
+        lstm=2,
+        pad_mode="constant",
+    )
+    sm = check(make, 4, 10, 1, torch.float64, lookahead="auto")
+    assert sm._rnn_plans and sm.delay > 0
+
+
 def test_encodec_converted_wrappers_read_no_conv_attributes() -> None:
     """``SConv1d`` reads ``self.conv.conv.kernel_size`` in forward: once its pads are in the
     conv it only calls its ``NormConv1d``, so no step reads a streamed layer's attributes."""

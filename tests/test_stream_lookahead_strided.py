@@ -383,3 +383,49 @@ def test_upsampling_that_reads_neighbours_is_refused_with_the_measurement() -> N
     net[1] = nn.Upsample(scale_factor=2, mode="linear")
     with pytest.raises(PaddingError, match=r"Upsample '1'.*output 0 depends on input 1"):
         StreamingModule(net).verify(x, [1] * 40)
+
+
+class Recurrent(nn.Module):
+    """A unidirectional recurrent layer between 'same' convs and a stride-2 conv: an LSTM on
+    ``(T, N, C)`` with a skip (EnCodec's ``SLSTM``), or a batch-first GRU."""
+
+    def __init__(self, lstm: bool) -> None:
+        super().__init__()
+        self.lstm = lstm
+        self.pre = nn.Conv1d(2, 6, 5, padding=2)
+        self.down = nn.Conv1d(6, 6, 4, stride=2, padding=1)
+        self.rnn: nn.Module = nn.LSTM(6, 6, 2) if lstm else nn.GRU(6, 6, batch_first=True)
+        self.post = nn.Conv1d(6, 3, 3, padding=1)
+
+    def forward(self, x: Tensor) -> Tensor:
+        h = self.down(torch.tanh(self.pre(x)))
+        if self.lstm:
+            t = h.permute(2, 0, 1)
+            h = (self.rnn(t)[0] + t).permute(1, 2, 0)
+        else:
+            h = self.rnn(h.transpose(1, 2))[0].transpose(1, 2)
+        return self.post(h)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["f64", "f32"])
+@pytest.mark.parametrize("lstm", [True, False], ids=["lstm", "gru"])
+def test_recurrent_layers_stream_with_lookahead(lstm: bool, dtype: torch.dtype) -> None:
+    """A recurrent layer's state is carried over the samples each step commits and kept;
+    it runs on over the uncommitted rest from there, and that state is dropped (the next
+    step runs those samples again). Every chunking, batch 2, against the full run."""
+    torch.manual_seed(8)
+    net = Recurrent(lstm).to(dtype).eval()
+    sm = StreamingModule(net, lookahead="auto")
+    x = torch.randn(2, 2, 64, dtype=dtype)
+    with torch.no_grad():
+        full = net(x)
+        for name, sizes in plans(64, 2, seed=5).items():
+            state = sm.init_state(example=x[..., :1])
+            outs = []
+            for chunk in x.split(sizes, -1):
+                y, state = sm.step(chunk, state)
+                outs.append(y)
+            outs.append(sm.flush(state))
+            torch.testing.assert_close(torch.cat(outs, -1), full, **tol(dtype), msg=name)
+    # pre 2, down 4 - 1 - 1 = 2, post 1 frame of 2
+    assert sm.delay == 2 + 2 + 2

@@ -362,12 +362,6 @@ class StreamingModule(nn.Module):
         self._init_hold()
         self._scan(model, "", set())
         self._stand_ins.clear()
-        if lookahead is not None and self._rnn_plans:
-            raise PaddingError(
-                f"StreamingModule(lookahead=...): {sorted(self._rnn_plans)} are recurrent; "
-                "lookahead streaming recomputes the uncommitted samples on every step, which a "
-                "recurrent layer's state cannot do. Stream the model without lookahead"
-            )
         self._lookahead: int | str = 0 if lookahead is None else lookahead
         self._clocks: Clocks | None = None
         if lookahead is not None and all(
@@ -376,7 +370,7 @@ class StreamingModule(nn.Module):
             # stride 1: every clock is the input's (code that resamples time is caught by the
             # self-check)
             one = Fraction(1)
-            rates = dict.fromkeys(self._plans, one)
+            rates = dict.fromkeys([*self._plans, *self._rnn_plans], one)
             self._clocks = make_clocks(self._plans, rates, one, lookahead)
             top = max((p.ahead for p in self._plans.values()), default=0)
             if lookahead != "auto" and self._clocks.delay < top:
@@ -1323,12 +1317,24 @@ class StreamingModule(nn.Module):
 
             return pre
 
+        def rnn_hook(name: str, rplan: RecurrentPlan) -> Any:
+            def pre(_: nn.Module, args: tuple[Any, ...]) -> None:
+                x = args[0] if args else None
+                if isinstance(x, Tensor) and name not in seen and x.dim() in (2, 3):
+                    tdim = 0 if x.dim() == 2 or not rplan.batch_first else 1
+                    seen[name] = int(x.shape[tdim])
+
+            return pre
+
         runs: list[tuple[int, dict[str, int], tuple[int, ...]]] = []
         tried: list[str] = []
         try:
             for name, plan in self._plans.items():
                 layer = self._layer_by_name(name)
                 handles.append(layer.register_forward_pre_hook(hook(name, plan)))
+            for name, rplan in self._rnn_plans.items():
+                layer = self._layer_by_name(name)
+                handles.append(layer.register_forward_pre_hook(rnn_hook(name, rplan)))
             with unchanged(self.model), torch.no_grad():
                 for n in probe_lengths(hop * max(2, math.ceil(minimum / hop)), hop, minimum):
                     if len(runs) == 2:
@@ -1361,6 +1367,9 @@ class StreamingModule(nn.Module):
         odim = self._out_dim(len(s1))
         o1, o2 = s1[odim], s2[odim]
         rates: dict[str, Fraction] = {}
+        for name in self._rnn_plans:  # (where called: a step says so where it is not)
+            if name in l1 and name in l2 and l2[name] > l1[name]:
+                rates[name] = Fraction(l2[name] - l1[name], n2 - n1)
         for name, plan in self._plans.items():
             if name not in l1 or name not in l2:
                 raise PaddingError(
@@ -1646,7 +1655,46 @@ class StreamingModule(nn.Module):
             self._rnn_hx.add(plan.name)
         created = ctx.created if ctx.lazy else None
         unroll = ctx.static_pos is not None  # export: the fused op would fix the batch size
+        if ctx.lookahead is not None and isinstance(x, Tensor) and x.dim() in (2, 3):
+            return self._recurrent_span(plan, layer, x, hx, ctx, created)
         return run_recurrent(plan, layer, x, hx, ctx.state_in, ctx.state_out, created, unroll)
+
+    def _recurrent_span(
+        self,
+        plan: RecurrentPlan,
+        layer: nn.Module,
+        x: Tensor,
+        hx: Any,
+        ctx: _Context,
+        created: dict[str, Tensor] | None,
+    ) -> Any:
+        """Lookahead: ``x`` holds the layer's inputs from the span's start to the end. Its
+        state is carried over the samples the stream commits (up to the next span's start),
+        kept, and the layer runs on from there over the rest, whose state is dropped: the
+        next step runs them again."""
+        start, nxt, _ = ctx.lookahead  # type: ignore[misc]
+        tdim = 0 if x.dim() == 2 or not plan.batch_first else 1
+        length = int(x.shape[tdim])
+        keep = 0
+        if start or nxt:
+            rate = ctx.clocks.rates.get(plan.name)
+            if rate is None:
+                raise PaddingError(
+                    f"StreamingModule(lookahead=...): the clock of {type(layer).__name__} "
+                    f"{plan.name!r} was not measured (the model's full runs did not call it)"
+                )
+            keep = ctx.clocks.at(rate, nxt) - ctx.clocks.at(rate, start)
+        if keep < 0 or keep > length:
+            raise PaddingError(
+                f"StreamingModule(lookahead=...): {type(layer).__name__} {plan.name!r} got "
+                f"{length} time steps, but the stream commits {keep} of them: its forward pads "
+                "or crops time in code the stream does not see"
+            )
+        first, rest = x.narrow(tdim, 0, keep), x.narrow(tdim, keep, length - keep)
+        out1, _ = run_recurrent(plan, layer, first, hx, ctx.state_in, ctx.state_out, created)
+        after = {**ctx.state_in, **(created or {}), **ctx.state_out}
+        out2, hn = run_recurrent(plan, layer, rest, hx, after, {}, None)
+        return torch.cat([out1, out2], tdim), hn
 
     def _call_layer(
         self, plan: _Plan, layer: nn.Module, x: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
