@@ -189,6 +189,35 @@ def test_encodec_non_causal_decoder_with_its_lstm_streams_with_lookahead() -> No
     assert sm._rnn_plans and sm.delay > 0
 
 
+def test_encodec_non_causal_encoder_converts_at_every_length_and_streams() -> None:
+    """EnCodec's non-causal SConv1d pads a strided conv by a fixed split of ``k - s`` and
+    the extra pad that completes its last window: two probes fit that rule and another
+    (no fixed right pad), so the one whose fixed pads add up to ``k - s`` is taken and the
+    copy is checked at other lengths. It equals the original at every length of a hop's
+    residues, and streams with lookahead (its LSTM included)."""
+    seanet = load("encodec", "encodec.modules.seanet")
+    torch.manual_seed(0)
+    model = seanet.SEANetEncoder(
+        channels=1,
+        dimension=8,
+        n_filters=4,
+        ratios=[4, 2],
+        causal=False,
+        lstm=1,
+        pad_mode="constant",
+    ).double()
+    model.eval()
+    new, _ = convert_causal(model, torch.zeros(1, 1, 64, dtype=torch.float64))
+    with torch.no_grad():
+        for n in range(64, 72):
+            x = torch.randn(2, 1, n, dtype=torch.float64)
+            torch.testing.assert_close(new(x), model(x))
+    sm = StreamingModule(new, lookahead="auto")
+    x = torch.randn(2, 1, 128, dtype=torch.float64)
+    for sizes in plans(128, 8, seed=2).values():
+        assert sm.verify(x, sizes) < 1e-9
+
+
 def test_encodec_converted_wrappers_read_no_conv_attributes() -> None:
     """``SConv1d`` reads ``self.conv.conv.kernel_size`` in forward: once its pads are in the
     conv it only calls its ``NormConv1d``, so no step reads a streamed layer's attributes."""

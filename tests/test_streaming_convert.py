@@ -21,6 +21,7 @@ from torch.nn.utils import parametrize
 import padkit.nn as pn
 from padkit import PaddingError
 from padkit.streaming import ConvertedConv1d, StreamingModule, convert_causal
+from padkit.surgery import SurgeryError
 
 torch.set_num_threads(1)
 
@@ -291,6 +292,27 @@ def test_pad_into_a_2d_conv_and_a_pad_used_twice_is_caught() -> None:
     new, report = convert_causal(Leaky(), torch.randn(1, 1, 8))
     assert not report.changes and isinstance(new.pad, nn.ConstantPad1d)
     assert "also read by getitem in <model>" in report.skipped[0].reason
+
+
+def test_a_pad_rule_the_probes_cannot_tell_is_caught_at_other_lengths() -> None:
+    """A right pad of 1 where the length leaves 4 over a multiple of 5, else none: the two
+    probes (the example's length, 64, and 69) both see 1, so the pad moves into the conv as
+    (2, 1); at 65 the original pads nothing. The copy is checked at lengths the probes did
+    not use, and the conversion raises naming them instead of returning a copy that is
+    wrong there."""
+
+    class Odd(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.conv = nn.Conv1d(1, 1, 3)
+
+        def forward(self, x: Tensor) -> Tensor:
+            extra = 1 if x.shape[-1] % 5 == 4 else 0
+            return self.conv(F.pad(x, (2, extra)))
+
+    torch.manual_seed(0)
+    with pytest.raises(SurgeryError, match=r"not at other lengths: 65 \(different outputs\)"):
+        convert_causal(Odd().eval(), torch.randn(1, 1, 64))
 
 
 def test_converted_layer_refuses_the_originals_streaming_options() -> None:

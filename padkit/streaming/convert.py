@@ -531,9 +531,57 @@ def convert_causal(
                 f"{[c.path for c in report.changes]}. A pad or crop output is probably used "
                 "by more than the conv it was moved into"
             )
+    if report.changes:
+        _check_other_lengths(model, net, example, dim_t, rtol, atol, fname, report)
     if not report.changes and not report.skipped:
         report.notes.append("nothing to convert: no pad or crop in code, no self-padding conv")
     return net, report
+
+
+def _check_other_lengths(
+    model: nn.Module,
+    net: nn.Module,
+    example: Tensor,
+    dim: int,
+    rtol: float,
+    atol: float,
+    fname: str,
+    report: SurgeryReport,
+) -> None:
+    """The copy against the original at lengths the probes did not use (the example's plus
+    1, 2 and 3 time steps, which the model may refuse: those are skipped): a pad whose amount
+    follows the length by a rule the two probes could not tell apart from another would
+    differ there. Raises naming the lengths where it differs."""
+    gen = torch.Generator().manual_seed(5)
+    bad: list[str] = []
+    for extra in (1, 2, 3):
+        shape = list(example.shape)
+        shape[dim] += extra
+        x = torch.randn(shape, generator=gen, dtype=torch.float64)
+        x = x.to(dtype=example.dtype if example.is_floating_point() else torch.float32)
+        x = x.to(example.device)
+        try:
+            ref_model = model_copy(model)
+            with _eval(ref_model), torch.no_grad():
+                ref = ref_model(x)
+        except Exception:  # the original refuses this length: nothing to compare
+            continue
+        try:
+            fresh = model_copy(net)
+            with _eval(fresh), torch.no_grad():
+                got = fresh(x)
+            why = "" if _close(got, ref, rtol, atol) else "different outputs"
+        except Exception as err:
+            why = f"it fails: {type(err).__name__}: {(str(err).splitlines() or [''])[0]}"
+        if why:
+            bad.append(f"{shape[dim]} ({why})")
+    if bad:
+        raise SurgeryError(
+            f"{fname}(): the converted model reproduces the original on the probes but not "
+            f"at other lengths: {', '.join(bad)}; a pad amount that follows the input length "
+            f"was moved into a layer with a rule the probes could not tell apart. Changes "
+            f"made: {[c.path for c in report.changes]}"
+        )
 
 
 def _contains(parent: nn.Module, child: nn.Module) -> bool:
@@ -1012,9 +1060,24 @@ def _resolve(
         ]
         k_eff = dl[i] * (k[i] - 1) + 1
         s = st[i]
-        completes = s > 1 and all(sizes) and all(h == _completion(n, lo, k_eff, s) for n, h in his)
-        if completes and any(h for _, h in his):
-            hi = s - 1
+        # a fixed right pad c and the pad that completes the last stride window after it
+        # (EnCodec's extra padding; c > 0 where it pads a non-causal conv): as (lo, c + s - 1)
+        # the conv reads the same zeros and gives as many outputs at every length
+        fits = [
+            c
+            for c in range(k_eff)
+            if s > 1
+            and all(sizes)
+            and all(h == c + _completion(n, lo + c, k_eff, s) for n, h in his)
+            and any(h != c for _, h in his)
+        ]
+        # two probes may fit several such rules: the one whose fixed pads add up to the
+        # conv's k_eff - s (EnCodec's padding_total) first, then no fixed right pad; the
+        # copy is checked at more lengths than the probes' at the end
+        fits.sort(key=lambda c: (lo + c != k_eff - s, c != 0, c))
+        fixed = fits[0] if fits else None
+        if fixed is not None:
+            hi = fixed + s - 1
         elif len({h for _, h in his}) == 1:
             hi = his[0][1]
         else:
