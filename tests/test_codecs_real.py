@@ -172,9 +172,9 @@ def test_encodec_seanet_float32(part: str, pad_mode: str, lstm: int) -> None:
 
 
 def test_encodec_non_causal_decoder_with_its_lstm_streams_with_lookahead() -> None:
-    """EnCodec's non-causal SEANet decoder (its 48 kHz layout, zero pads: lookahead
-    streams pad time with zeros), converted: its two-layer LSTM streams with lookahead, its
-    state carried over the committed frames only."""
+    """EnCodec's non-causal SEANet decoder (its 48 kHz layout, reflect pads), converted:
+    its two-layer LSTM streams with lookahead, its state carried over the committed frames
+    only; the first span mirrors each layer's first samples, the flush its last ones."""
     seanet = load("encodec", "encodec.modules.seanet")
     make = lambda: seanet.SEANetDecoder(  # noqa: E731
         channels=1,
@@ -183,7 +183,6 @@ def test_encodec_non_causal_decoder_with_its_lstm_streams_with_lookahead() -> No
         ratios=[2, 2],
         causal=False,
         lstm=2,
-        pad_mode="constant",
     )
     sm = check(make, 4, 10, 1, torch.float64, lookahead="auto")
     assert sm._rnn_plans and sm.delay > 0
@@ -194,7 +193,7 @@ def test_encodec_non_causal_encoder_converts_at_every_length_and_streams() -> No
     the extra pad that completes its last window: two probes fit that rule and another
     (no fixed right pad), so the one whose fixed pads add up to ``k - s`` is taken and the
     copy is checked at other lengths. It equals the original at every length of a hop's
-    residues, and streams with lookahead (its LSTM included)."""
+    residues, and streams with lookahead (its LSTM and reflect pads included)."""
     seanet = load("encodec", "encodec.modules.seanet")
     torch.manual_seed(0)
     model = seanet.SEANetEncoder(
@@ -204,7 +203,6 @@ def test_encodec_non_causal_encoder_converts_at_every_length_and_streams() -> No
         ratios=[4, 2],
         causal=False,
         lstm=1,
-        pad_mode="constant",
     ).double()
     model.eval()
     new, _ = convert_causal(model, torch.zeros(1, 1, 64, dtype=torch.float64))

@@ -429,3 +429,44 @@ def test_recurrent_layers_stream_with_lookahead(lstm: bool, dtype: torch.dtype) 
             torch.testing.assert_close(torch.cat(outs, -1), full, **tol(dtype), msg=name)
     # pre 2, down 4 - 1 - 1 = 2, post 1 frame of 2
     assert sm.delay == 2 + 2 + 2
+
+
+def edge_padded(mode: str) -> nn.Module:
+    """Convs padding time in ``mode`` (replicate or reflect) on both sides: 'same' k7, a
+    left-heavy (4, 1) k6 whose first outputs read samples 1..4 (further than its right
+    reach), and a stride-2 k4 (1, 2)."""
+    import padkit.nn as pn
+
+    return nn.Sequential(
+        nn.Conv1d(2, 4, 7, padding=3, padding_mode=mode),
+        nn.Tanh(),
+        pn.Conv1d(4, 4, 6, padding=((4, 1),), padding_mode=mode),
+        nn.Tanh(),
+        pn.Conv1d(4, 3, 4, stride=2, padding=((1, 2),), padding_mode=mode),
+    )
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["f64", "f32"])
+@pytest.mark.parametrize("mode", ["replicate", "reflect"])
+def test_edge_padding_modes_stream_with_lookahead(mode: str, dtype: torch.dtype) -> None:
+    """A lookahead stream's first span pads each layer's start with its first sample (or
+    samples 1..lo mirrored), the flush pads its end with the last one(s); in between the
+    right pad stands for samples not seen yet and is never committed. A left pad longer
+    than the layer's right reach (reflect, 4 against 1) delays the first outputs until the
+    samples it mirrors are final. Every chunking, batch 2."""
+    torch.manual_seed(9)
+    net = edge_padded(mode).to(dtype).eval()
+    sm = StreamingModule(net, lookahead="auto")
+    x = torch.randn(2, 2, 48, dtype=dtype)
+    with torch.no_grad():
+        full = net(x)
+        for name, sizes in plans(48, 2, seed=6).items():
+            state = sm.init_state(example=x[..., :1])
+            outs = []
+            for chunk in x.split(sizes, -1):
+                y, state = sm.step(chunk, state)
+                outs.append(y)
+            outs.append(sm.flush(state))
+            torch.testing.assert_close(torch.cat(outs, -1), full, **tol(dtype), msg=name)
+    # k7 reads 3 ahead; k6 (4, 1): 1 ahead, or its 4 mirrored samples; k4 s2 (1, 2): 2
+    assert sm.delay == 3 + (4 if mode == "reflect" else 1) + 2

@@ -492,13 +492,6 @@ REFUSED: list[tuple[str, Callable[[], nn.Module], str]] = [
         lambda: pn.Conv1d(1, 1, 3, padding="causal", padding_mode="circular"),
         "mode 'circular'",
     ),
-    (
-        "reflect lookahead",
-        lambda: StreamingModule(
-            pn.Conv1d(1, 1, 3, padding="causal", padding_mode="reflect"), lookahead="auto"
-        ),
-        r"lookahead=.*mode 'reflect'",
-    ),
     ("group norm", lambda: nn.Sequential(nn.GroupNorm(1, 1)), "GroupNorm '0'"),
     ("global pool", lambda: nn.Sequential(nn.AdaptiveAvgPool1d(1)), "AdaptiveAvgPool1d '0'"),
     ("transposed", lambda: nn.Sequential(nn.ConvTranspose1d(1, 1, 2)), "ConvTranspose1d"),

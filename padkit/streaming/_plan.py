@@ -167,10 +167,12 @@ class _Plan:
     def ahead(self) -> int:
         """Lookahead mode: how far past its nominal time (output ``j`` of a conv or pool at
         input ``j*s``; of a transposed conv at input ``j/s``) an output reads, in samples of
-        the layer's input (conv, pool) or output (transposed conv)."""
+        the layer's input (conv, pool) or output (transposed conv). A left pad in mode
+        ``reflect`` reads samples ``1..lo``: the first outputs wait for them too."""
         if self.kind == "convt":
             return max(0, self.lo)
-        return max(0, self.k_eff - 1 - self.lo)
+        reach = max(0, self.k_eff - 1 - self.lo)
+        return max(reach, self.lo) if self.reflect and self.look else reach
 
     @property
     def partial(self) -> bool:
@@ -328,13 +330,11 @@ def _plan_direct(
     if kind == "conv" and lo + hi > 0:
         mode: Any = layer.padding_mode
         tmode = mode if isinstance(mode, str) else mode[ti]
-        if tmode in ("replicate", "reflect") and lookahead:
-            raise PaddingError(
-                f"StreamingModule(lookahead=...): {what} pads the time axis in mode "
-                f"{tmode!r}; lookahead streaming pads time with zeros only"
-            )
         if tmode == "replicate":
             replicate = True
+        elif tmode == "reflect" and lookahead:
+            # lookahead: the first span reflects its first samples, the flush its last
+            reflect = True
         elif tmode == "reflect" and lo > 0:
             # its first outputs read samples 1..lo of its input: the stream holds its input
             # until every such layer's first call brings them (StreamingModule.startup_delay)

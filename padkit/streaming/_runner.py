@@ -1160,7 +1160,7 @@ class StreamingModule(nn.Module):
         reflect-padded layer's first call brings the ``lo + 1`` samples its pad reflects
         (found by running the model on zero inputs of growing length; cached per shape)."""
         reflect = [p for p in self._plans.values() if p.reflect]
-        if not reflect:
+        if not reflect or self._lookahead_mode:  # (lookahead: the delay covers the pads)
             return 0
         dim = self.axis if self.axis >= 0 else chunk.dim() + self.axis
         key = (
@@ -1434,6 +1434,7 @@ class StreamingModule(nn.Module):
             state_in=state, lazy=lazy, lookahead=(start, nxt, n), chunk=_described(chunk)
         )
         ctx.clocks = clocks
+        ctx.final = final
         out = self._run(x, ctx, "flush()" if final else "step()")
         if not isinstance(out, Tensor):
             raise PaddingError(
@@ -1970,6 +1971,17 @@ class StreamingModule(nn.Module):
             rate = clocks.rates[plan.name]
             a_in, a_next = clocks.at(rate, start), clocks.at(rate, nxt)
         hist = plan.history
+        if a_in == 0 and length > 0 and (plan.replicate or plan.reflect) and plan.lo > 0:
+            # the span starts the layer's input: its left pad is the first sample repeated,
+            # or samples lo..1 mirrored (where the span has them: else its outputs read
+            # samples not committed yet, which its lookahead keeps from being committed)
+            if plan.replicate:
+                buf = x.narrow(td, 0, 1).expand(buf.shape)
+            elif length > plan.lo:
+                refl = x.narrow(td, 1, plan.lo).flip(td)
+                if hist > plan.lo:
+                    refl = torch.cat([buf.narrow(td, 0, hist - plan.lo), refl], dim=td)
+                buf = refl
         parts = [buf, x] if hist > 0 else [x]
         if plan.kind == "convt":
             cat = torch.cat(parts, dim=td) if len(parts) > 1 else x
@@ -1979,7 +1991,15 @@ class StreamingModule(nn.Module):
                 shape = list(x.shape)
                 shape[td] = plan.hi
                 fill = max_pad_fill(x, plan.fill) if plan.kind == "max" else 0.0
-                parts.append(x.new_full(shape, fill))
+                seen = torch.cat(parts, dim=td) if len(parts) > 1 else x
+                if ctx.final and plan.replicate and seen.shape[td] > 0:
+                    # the flush: the sequence ends here, its last sample repeated
+                    parts.append(seen.narrow(td, seen.shape[td] - 1, 1).expand(shape))
+                elif ctx.final and plan.reflect and seen.shape[td] > plan.hi:
+                    last = seen.shape[td] - 1 - plan.hi
+                    parts.append(seen.narrow(td, last, plan.hi).flip(td))
+                else:  # (the right pad stands for samples not seen yet: never committed)
+                    parts.append(x.new_full(shape, fill))
             cat = torch.cat(parts, dim=td) if len(parts) > 1 else x
             t0 = torch.full((x.shape[0],), a_in - plan.lo, dtype=torch.int64, device=x.device)
             if cat.shape[td] >= plan.k_eff:

@@ -37,6 +37,7 @@ class _Context:
         "chunk",
         "clocks",
         "created",
+        "final",
         "lazy",
         "lookahead",
         "record",
@@ -69,6 +70,9 @@ class _Context:
         # become history
         self.lookahead = lookahead
         self.clocks = clocks  # lookahead mode: the stream's Clocks
+        # lookahead mode: the flush, whose span ends where the sequence does (right pads in
+        # mode replicate or reflect read its last samples)
+        self.final = False
         self.record = record
         # a run whose outputs and new state are thrown away (init_state's shape probe, the
         # start-up length search): reflect layers may get fewer samples than their pad
