@@ -345,3 +345,58 @@ def test_non_causal_pytorch_tcn_streams_with_lookahead_after_conversion() -> Non
     # four convs of kernel 3: dilation 1 reads 1 ahead, dilation 2 reads 2 ahead
     assert sorted(sm.delays.values()) == [1, 1, 2, 2] and sm.delay == 6
     assert sm.verify(x, [1, 4, 0, 9, 12]) < 1e-5
+
+
+class LowPass(nn.Module):
+    """An anti-aliasing filter written as BigVGAN's is: a fixed kernel buffer, an int
+    ``kernel_size`` attribute, a replicate pad and a grouped ``F.conv1d`` in its forward."""
+
+    def __init__(self, stride: int = 1, kernel_size: int = 6) -> None:
+        super().__init__()
+        self.kernel_size = kernel_size
+        self.stride = stride
+        self.register_buffer("filter", torch.hann_window(kernel_size + 2)[1:-1].view(1, 1, -1))
+
+    def forward(self, x: Tensor) -> Tensor:
+        k = self.kernel_size
+        x = F.pad(x, (k // 2 - 1, k // 2), mode="replicate")
+        w = (self.filter / self.filter.sum()).expand(x.shape[1], -1, -1)
+        return F.conv1d(x, w, stride=self.stride, groups=x.shape[1])
+
+
+class AntiAliased(nn.Module):
+    """BigVGAN's ``Activation1d``: upsample x2 (replicate pad, a fixed transposed conv,
+    a crop), a periodic activation, and downsample x2 through ``LowPass``."""
+
+    def __init__(self, c: int) -> None:
+        super().__init__()
+        self.alpha = nn.Parameter(torch.ones(1, c, 1))
+        self.filter = nn.Parameter(torch.hann_window(6)[None, None], requires_grad=False)
+        self.down = nn.Sequential(LowPass(stride=2))
+
+    def forward(self, x: Tensor) -> Tensor:
+        c = x.shape[1]
+        h = F.pad(x, (2, 2), mode="replicate")
+        h = 2 * F.conv_transpose1d(h, self.filter.expand(c, -1, -1), stride=2, groups=c)
+        h = h[..., 6:-6]
+        h = h + torch.sin(self.alpha * h) ** 2 / self.alpha
+        return self.down(h)
+
+
+def test_anti_aliased_activations_convert_and_stream_with_lookahead() -> None:
+    """A filter module whose ``kernel_size`` is an int is no conv to the wrapper search (it
+    raised ``TypeError`` from ``len()``); the activation's pads and convs in code stay
+    where they are, measured as one module reading a window of steps on both sides, which
+    a lookahead stream runs on its window."""
+    torch.manual_seed(3)
+    net = nn.Sequential(
+        nn.Conv1d(2, 4, 3, padding=1), AntiAliased(4), nn.Conv1d(4, 2, 5, padding=2)
+    ).double()
+    net.eval()
+    x = torch.randn(2, 2, 40, dtype=torch.float64)
+    new, report = convert_causal(net, x[..., :24])
+    assert any("down.0" in s.path for s in report.skipped), report
+    sm = StreamingModule(new, lookahead="auto")
+    for sizes in ([1] * 40, [7] * 5 + [5]):
+        assert sm.verify(x, sizes) < 1e-9
+    assert "AntiAliased '1': reads a window" in sm.explain()

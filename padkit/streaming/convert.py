@@ -459,7 +459,7 @@ def convert_causal(
         kids = list(m.children())
         if isinstance(m, _TORCH_CONVS + _TORCH_CONVTS) or len(kids) != 1:
             continue
-        nd_w = len(getattr(kids[0], "kernel_size", ()))
+        nd_w = _conv_dims(kids[0])
         found = find_wrapper(m, calls_of(m), calls_of(kids[0]), time_index(nd_w))
         if found is None:
             continue
