@@ -361,13 +361,8 @@ def test_nearest_upsampling_streams_with_lookahead(dtype: torch.dtype) -> None:
     with torch.no_grad():
         full = net(z)
         for name, sizes in plans(20, 1, seed=4).items():
-            state = sm.init_state(example=z[..., :1])
-            outs = []
-            for chunk in z.split(sizes, -1):
-                y, state = sm.step(chunk, state)
-                outs.append(y)
-            outs.append(sm.flush(state))
-            torch.testing.assert_close(torch.cat(outs, -1), full, **tol(dtype), msg=name)
+            outs, tail = stream(sm, z, sizes)
+            torch.testing.assert_close(torch.cat([*outs, tail], -1), full, **tol(dtype), msg=name)
     # in output samples (12 per frame): pre 1 frame (12), k4 'same' at x2 2 (6 each),
     # k6 'same' at x6 3 (2 each), post 2 at x12
     assert sm.output_delay == 12 + 2 * 6 + 3 * 2 + 2
@@ -420,13 +415,8 @@ def test_recurrent_layers_stream_with_lookahead(lstm: bool, dtype: torch.dtype) 
     with torch.no_grad():
         full = net(x)
         for name, sizes in plans(64, 2, seed=5).items():
-            state = sm.init_state(example=x[..., :1])
-            outs = []
-            for chunk in x.split(sizes, -1):
-                y, state = sm.step(chunk, state)
-                outs.append(y)
-            outs.append(sm.flush(state))
-            torch.testing.assert_close(torch.cat(outs, -1), full, **tol(dtype), msg=name)
+            outs, tail = stream(sm, x, sizes)
+            torch.testing.assert_close(torch.cat([*outs, tail], -1), full, **tol(dtype), msg=name)
     # pre 2, down 4 - 1 - 1 = 2, post 1 frame of 2
     assert sm.delay == 2 + 2 + 2
 
@@ -461,12 +451,7 @@ def test_edge_padding_modes_stream_with_lookahead(mode: str, dtype: torch.dtype)
     with torch.no_grad():
         full = net(x)
         for name, sizes in plans(48, 2, seed=6).items():
-            state = sm.init_state(example=x[..., :1])
-            outs = []
-            for chunk in x.split(sizes, -1):
-                y, state = sm.step(chunk, state)
-                outs.append(y)
-            outs.append(sm.flush(state))
-            torch.testing.assert_close(torch.cat(outs, -1), full, **tol(dtype), msg=name)
+            outs, tail = stream(sm, x, sizes)
+            torch.testing.assert_close(torch.cat([*outs, tail], -1), full, **tol(dtype), msg=name)
     # k7 reads 3 ahead; k6 (4, 1): 1 ahead, or its 4 mirrored samples; k4 s2 (1, 2): 2
     assert sm.delay == 3 + (4 if mode == "reflect" else 1) + 2

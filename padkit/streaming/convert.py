@@ -515,15 +515,7 @@ def convert_causal(
     net = _move_code_pads(net, recs, report, done, paths, time_index, put)
 
     for i, (probe_x, ref) in enumerate(zip(probes, want)):
-        try:
-            # each probe on a fresh copy, as the original's were: a module that keeps state
-            # across calls (a cache buffer it writes) starts from the same state
-            fresh = model_copy(net)
-            with _eval(fresh), torch.no_grad():
-                got = fresh(probe_x)
-            why = "" if _close(got, ref, rtol, atol) else "different outputs"
-        except Exception as err:
-            why = f"it fails: {type(err).__name__}: {(str(err).splitlines() or [''])[0]}"
+        why = _differs(net, probe_x, ref, rtol, atol)
         if why:
             raise SurgeryError(
                 f"{fname}(): the converted model does not reproduce the original on probe {i} "
@@ -536,6 +528,19 @@ def convert_causal(
     if not report.changes and not report.skipped:
         report.notes.append("nothing to convert: no pad or crop in code, no self-padding conv")
     return net, report
+
+
+def _differs(net: nn.Module, x: Tensor, ref: Any, rtol: float, atol: float) -> str:
+    """Why the converted ``net`` does not give ``ref`` on ``x`` ("" where it does). Run on
+    a fresh copy, as the original was: a module that keeps state across calls (a cache
+    buffer it writes) starts from the same state."""
+    try:
+        fresh = model_copy(net)
+        with _eval(fresh), torch.no_grad():
+            got = fresh(x)
+        return "" if _close(got, ref, rtol, atol) else "different outputs"
+    except Exception as err:
+        return f"it fails: {type(err).__name__}: {(str(err).splitlines() or [''])[0]}"
 
 
 def _check_other_lengths(
@@ -566,13 +571,7 @@ def _check_other_lengths(
                 ref = ref_model(x)
         except Exception:  # the original refuses this length: nothing to compare
             continue
-        try:
-            fresh = model_copy(net)
-            with _eval(fresh), torch.no_grad():
-                got = fresh(x)
-            why = "" if _close(got, ref, rtol, atol) else "different outputs"
-        except Exception as err:
-            why = f"it fails: {type(err).__name__}: {(str(err).splitlines() or [''])[0]}"
+        why = _differs(net, x, ref, rtol, atol)
         if why:
             bad.append(f"{shape[dim]} ({why})")
     if bad:
