@@ -323,3 +323,35 @@ def test_converted_codec_pickles_like_the_original() -> None:
     assert isinstance(back.layers[0], type(m.encoder.encoder_seanet.layers[0]))
     with torch.no_grad():
         torch.testing.assert_close(back(x), m.encoder.encoder_seanet(x), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("part", ["encoder", "decoder"])
+def test_non_causal_encodec_converts_at_every_length_and_streams_with_lookahead(
+    part: str,
+) -> None:
+    """EnCodec's 48 kHz layout (``use_causal_conv=False``, reflect pads, two-layer LSTM):
+    each ``EncodecConv1d`` pads a fixed split of ``k - s`` and the extra pad that completes
+    its last window. The converted copy equals the HF module at every length over a hop's
+    residues (a pad baked in from the probes would not), and streams with lookahead."""
+    torch.manual_seed(0)
+    config = transformers.EncodecConfig(
+        num_filters=4,
+        upsampling_ratios=[4, 2],
+        hidden_size=8,
+        codebook_size=16,
+        num_lstm_layers=2,
+        use_causal_conv=False,
+        pad_mode="reflect",
+        audio_channels=1,
+    )
+    module = getattr(transformers.EncodecModel(config).double().eval(), part)
+    channels, n = (1, 64) if part == "encoder" else (8, 12)
+    new, _ = convert_causal(module, torch.zeros(1, channels, n, dtype=torch.float64))
+    with torch.no_grad():
+        for length in range(n, n + 9):
+            x = torch.randn(2, channels, length, dtype=torch.float64)
+            torch.testing.assert_close(new(x), module(x))
+    sm = StreamingModule(new, lookahead="auto")
+    x = torch.randn(2, channels, 2 * n, dtype=torch.float64)
+    for sizes in ([1] * (2 * n), [7] * (2 * n // 7) + [2 * n % 7]):
+        assert sm.verify(x, sizes) < 1e-9

@@ -116,6 +116,29 @@ def _completion(n: int, lo: int, k_eff: int, s: int) -> int:
     return frames * s + k_eff - lo - n
 
 
+def right_pad_rule(his: list[tuple[int, int]], lo: int, k_eff: int, s: int) -> int | None:
+    """The fixed right pad of a conv (kernel reach ``k_eff``, stride ``s``, left pad ``lo``)
+    that reproduces the pads ``his`` (per probe: input length, right pad), or None. Pads
+    that are a fixed pad ``c`` and then what completes the last stride window (EnCodec's
+    extra padding; ``c > 0`` where it pads a non-causal conv) become ``c + s - 1``: the conv
+    reads the same zeros and gives as many outputs at every length. Two probes may fit that
+    for several ``c``: the one whose fixed pads add up to ``k_eff - s`` (EnCodec's
+    ``padding_total``) first, then none; a pad the probes see constant is that pad unless
+    the completion alone (``c = 0``) fits it. The caller checks the result at other lengths."""
+    constant = len({h for _, h in his}) == 1
+    fits = [
+        c
+        for c in (range(k_eff) if not constant else (0,))
+        if s > 1
+        and all(h == c + _completion(n, lo + c, k_eff, s) for n, h in his)
+        and any(h != c for _, h in his)
+    ]
+    fits.sort(key=lambda c: (lo + c != k_eff - s, c != 0, c))
+    if fits:
+        return fits[0] + s - 1
+    return his[0][1] if constant and his else None
+
+
 def find_wrapper(
     w: nn.Module, calls_w: list[Any], calls_c: list[Any], ti: int
 ) -> WrapperFinding | str | None:
@@ -218,21 +241,19 @@ def find_wrapper(
     if all(hi == 0 for _, hi in his) and lo == 0:
         hi, mode = 0, "zeros"
         how = "pad code that pads nothing here, removed"
-    elif len({hi for _, hi in his}) == 1 and not (
-        st > 1
-        and any(hi != 0 for _, hi in his)
-        and all(hi == _completion(n, lo, k_eff, st) for n, hi in his)
-    ):
-        hi = his[0][1]
-        how = f"pads {(lo, hi)} in mode {mode!r}"
-    elif st > 1 and all(hi == _completion(n, lo, k_eff, st) for n, hi in his):
-        hi = st - 1
-        how = f"pads {lo} in mode {mode!r} and completes the last stride window"
     else:
-        return (
-            f"its right pad ({[h for _, h in his]} on the probes) changes with the input "
-            "length in a way that is not the completion of the last stride window"
-        )
+        rule = right_pad_rule(his, lo, k_eff, st)
+        if rule is None:
+            return (
+                f"its right pad ({[h for _, h in his]} on the probes) changes with the input "
+                "length in a way that is not the completion of the last stride window"
+            )
+        if len({h for _, h in his}) == 1 and rule == his[0][1]:
+            how = f"pads {(lo, rule)} in mode {mode!r}"
+        else:
+            fixed = rule - (st - 1)
+            how = f"pads {(lo, fixed)} in mode {mode!r} and completes the last stride window"
+        hi = rule
     pairs = [(0, 0)] * nd
     pairs[ti] = (lo, hi)
     ccls: Any = {1: pnn.Conv1d, 2: pnn.Conv2d, 3: pnn.Conv3d}[nd]

@@ -58,7 +58,7 @@ from ..recognise import (
 from ..spec import PaddingError
 from ..surgery._common import Change, Skip, SurgeryError, SurgeryReport
 from ..surgery._probe import Dispatch, rewired
-from ._wrappers import find_wrapper, unpadded_class
+from ._wrappers import find_wrapper, right_pad_rule, unpadded_class
 
 __all__ = ["ConvertedConv1d", "ConvertedConv2d", "ConvertedConv3d", "convert_causal"]
 
@@ -1059,26 +1059,12 @@ def _resolve(
         ]
         k_eff = dl[i] * (k[i] - 1) + 1
         s = st[i]
-        # a fixed right pad c and the pad that completes the last stride window after it
-        # (EnCodec's extra padding; c > 0 where it pads a non-causal conv): as (lo, c + s - 1)
-        # the conv reads the same zeros and gives as many outputs at every length
-        fits = [
-            c
-            for c in range(k_eff)
-            if s > 1
-            and all(sizes)
-            and all(h == c + _completion(n, lo + c, k_eff, s) for n, h in his)
-            and any(h != c for _, h in his)
-        ]
-        # two probes may fit several such rules: the one whose fixed pads add up to the
-        # conv's k_eff - s (EnCodec's padding_total) first, then no fixed right pad; the
-        # copy is checked at more lengths than the probes' at the end
-        fits.sort(key=lambda c: (lo + c != k_eff - s, c != 0, c))
-        fixed = fits[0] if fits else None
-        if fixed is not None:
-            hi = fixed + s - 1
-        elif len({h for _, h in his}) == 1:
-            hi = his[0][1]
+        if all(sizes):
+            rule = right_pad_rule(his, lo, k_eff, s)
+        else:  # (the lengths unknown: a pad that does not change only)
+            rule = his[0][1] if len({h for _, h in his}) == 1 else None
+        if rule is not None:
+            hi = rule
         else:
             return (
                 f"its right pad for {cpath!r} ({[h for _, h in his]} on the probes) changes "
@@ -1095,9 +1081,3 @@ def _resolve(
     elif any(p != (0, 0) for p in out):
         modes[cpath] = "zeros"
     return ""
-
-
-def _completion(n: int, lo: int, k_eff: int, s: int) -> int:
-    """The right pad that completes the last stride window (EnCodec's extra padding)."""
-    frames = -(-(n - k_eff + lo) // s)
-    return frames * s + k_eff - lo - n
