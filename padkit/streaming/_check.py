@@ -891,12 +891,14 @@ class _Probe:
         n = self.n - lead
         sizes = [1, 7, n - 8] if n > 8 else [1, n - 1]
         if self.look_delay and n > 8:
-            # lookahead: one-sample steps over a hop from the delay on, so that the first
-            # output of every phase is emitted by the step that completes its window
-            # (a lookahead one sample short emits it a step early)
-            reach = min(max(0, self.look_delay - 8), n - 8)
-            ones = min(self.hop + 1, 256, max(0, n - 8 - reach))
-            sizes = [1, 7, reach, *([1] * ones), n - 8 - reach - ones]
+            # lookahead: one-sample steps over a hop from just before the first commit (the
+            # delay) on, so that the first output of every phase is emitted by the step that
+            # completes its window (a lookahead one sample short emits it a step early, and
+            # one that misses a start-up pad's reach commits it a step early)
+            start = min(max(2, self.look_delay - 1), n - 1)
+            head = [1, 7, start - 8] if start > 8 else [1, start - 1]
+            ones = min(self.hop + 1, 256, n - start)
+            sizes = [*head, *([1] * ones), n - start - ones]
         return [s for s in ([lead] if lead else []) + sizes if s > 0]
 
     def stream_run(self, sizes: list[int]) -> None:
