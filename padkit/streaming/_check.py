@@ -1193,7 +1193,6 @@ def _probe(stream: Any, probe: _Probe) -> bool:
             )
         return False
     probe.measure_leaves()
-    stream._confirm_clocks(probe.chunk)
     if not stream._check:
         return True
     lead = 0

@@ -1243,6 +1243,7 @@ class StreamingModule(nn.Module):
                 rates, out = self._measure_rates(chunk)
             except PaddingError:  # (a layer not called at both lengths: the check says)
                 rates, out = c.rates, c.out
+                self._measure_out_axis(chunk)
             if rates != c.rates or out != c.out:
                 self._clocks = make_clocks(
                     self._plans, rates, out, self._lookahead, self._window_clocks()
@@ -1264,50 +1265,71 @@ class StreamingModule(nn.Module):
         model runs at fewer than two lengths, the input's ``axis`` stands."""
         if "_out_axis" in self.__dict__:
             return
+        hop, minimum = self._hop_and_minimum()
+        with self._lock:
+            runs, _ = self._zero_runs(chunk, hop, minimum)
+        shapes = [tuple(out.shape) for _, _, out in runs if isinstance(out, Tensor)]
+        self.__dict__["_out_axis"] = _changed_axis(*shapes) if len(shapes) == 2 else None
+
+    def _zero_runs(
+        self,
+        chunk: Tensor,
+        hop: int,
+        minimum: int,
+        hooks: Sequence[tuple[nn.Module, Any]] = (),
+        seen: dict[str, int] | None = None,
+    ) -> tuple[list[tuple[int, dict[str, int], Any]], list[str]]:
+        """The model's runs on zeros shaped like ``chunk`` (batch 1) at the first two probe
+        lengths it accepts, multiples of ``hop`` past ``minimum``: per run its length, what
+        the forward pre-hooks ``hooks`` ((layer, hook) pairs) wrote to ``seen``, and its
+        output; and what it raised at the lengths it refused."""
         dim = self.axis if self.axis >= 0 else chunk.dim() + self.axis
         shape = list(chunk.shape)
         shape[0] = 1
-        hop, minimum = self._hop_and_minimum()
-        shapes: list[tuple[int, ...]] = []
-        with self._lock, unchanged(self.model), torch.no_grad():
-            for n in probe_lengths(hop * max(2, math.ceil(minimum / hop)), hop, minimum):
-                if len(shapes) == 2:
-                    break
-                shape[dim] = n
-                try:
-                    out = self.model(chunk.new_zeros(shape))
-                except Exception:  # (a length the model refuses: the next)
-                    continue
-                if not isinstance(out, Tensor):
-                    break
-                shapes.append(tuple(out.shape))
-        self.__dict__["_out_axis"] = _changed_axis(*shapes) if len(shapes) == 2 else None
+        seen = {} if seen is None else seen
+        runs: list[tuple[int, dict[str, int], Any]] = []
+        tried: list[str] = []
+        handles = [layer.register_forward_pre_hook(hook) for layer, hook in hooks]
+        try:
+            with unchanged(self.model), torch.no_grad():
+                for n in probe_lengths(hop * max(2, math.ceil(minimum / hop)), hop, minimum):
+                    if len(runs) == 2:
+                        break
+                    shape[dim] = n
+                    seen.clear()
+                    try:
+                        out = self.model(chunk.new_zeros(shape))
+                    except Exception as err:  # (a length the model refuses: the next)
+                        tried.append(f"{n}: {type(err).__name__}: {err}".split("\n")[0])
+                        continue
+                    runs.append((n, dict(seen), out))
+        finally:
+            for h in handles:
+                h.remove()
+        return runs, tried
 
     def _clocks_for(self, chunk: Tensor) -> Clocks:
         """The lookahead stream's clocks, measured on the first input shape (each layer's
-        input length and the output's, in full runs of the model on zeros at two lengths)."""
+        input length and the output's, in full runs of the model on zeros at two lengths;
+        a stream of stride-1 layers has them from its layers, confirmed so)."""
         if self._clocks is not None:
-            if "_out_axis" not in self.__dict__:  # (stride 1: clocks known, not measured)
-                self._measure_out_axis(chunk)
+            self._confirm_clocks(chunk)
             return self._clocks
         with self._lock:
             rates, out = self._measure_rates(chunk)
             self._clocks = make_clocks(
                 self._plans, rates, out, self._lookahead, self._window_clocks()
             )
+            self.__dict__["_clocks_confirmed"] = True
         return self._clocks
 
     def _measure_rates(self, chunk: Tensor) -> tuple[dict[str, Fraction], Fraction]:
-        dim = self.axis if self.axis >= 0 else chunk.dim() + self.axis
-        shape = list(chunk.shape)
-        shape[0] = 1
         hop = 1
         for plan in self._plans.values():
             hop *= max(int(plan.stride), 1)
         hop = min(hop, 1 << 12)
         _, minimum = self._hop_and_minimum()
         seen: dict[str, int] = {}
-        handles = []
 
         def hook(name: str, plan: _Plan) -> Any:
             def pre(_: nn.Module, args: tuple[Any, ...]) -> None:
@@ -1326,43 +1348,24 @@ class StreamingModule(nn.Module):
 
             return pre
 
-        runs: list[tuple[int, dict[str, int], tuple[int, ...]]] = []
-        tried: list[str] = []
-        try:
-            for name, plan in self._plans.items():
-                layer = self._layer_by_name(name)
-                handles.append(layer.register_forward_pre_hook(hook(name, plan)))
-            for name, rplan in self._rnn_plans.items():
-                layer = self._layer_by_name(name)
-                handles.append(layer.register_forward_pre_hook(rnn_hook(name, rplan)))
-            with unchanged(self.model), torch.no_grad():
-                for n in probe_lengths(hop * max(2, math.ceil(minimum / hop)), hop, minimum):
-                    if len(runs) == 2:
-                        break
-                    shape[dim] = n
-                    seen.clear()
-                    try:
-                        out = self.model(chunk.new_zeros(shape))
-                    except Exception as err:
-                        tried.append(f"{n}: {type(err).__name__}: {err}".split("\n")[0])
-                        continue
-                    if not isinstance(out, Tensor):
-                        raise PaddingError(
-                            f"StreamingModule(lookahead=...): the model returns "
-                            f"{type(out).__name__}; lookahead streaming needs a model that "
-                            "returns one tensor (its outputs are cut at the committed samples)"
-                        )
-                    runs.append((n, dict(seen), tuple(out.shape)))
-        finally:
-            for h in handles:
-                h.remove()
+        hooks = [(self._layer_by_name(n), hook(n, p)) for n, p in self._plans.items()]
+        hooks += [(self._layer_by_name(n), rnn_hook(n, p)) for n, p in self._rnn_plans.items()]
+        runs, tried = self._zero_runs(chunk, hop, minimum, hooks, seen)
+        for _, _, out in runs:
+            if not isinstance(out, Tensor):
+                raise PaddingError(
+                    f"StreamingModule(lookahead=...): the model returns "
+                    f"{type(out).__name__}; lookahead streaming needs a model that "
+                    "returns one tensor (its outputs are cut at the committed samples)"
+                )
         if len(runs) < 2:
             raise PaddingError(
                 "StreamingModule(lookahead=...): the model runs at fewer than two of the "
                 f"lengths tried ({'; '.join(tried[:3])}); a lookahead stream measures each "
                 "layer's clock on two full runs"
             )
-        (n1, l1, s1), (n2, l2, s2) = runs
+        (n1, l1, out1), (n2, l2, out2) = runs
+        s1, s2 = tuple(out1.shape), tuple(out2.shape)
         self.__dict__["_out_axis"] = _changed_axis(s1, s2)
         odim = self._out_dim(len(s1))
         o1, o2 = s1[odim], s2[odim]
