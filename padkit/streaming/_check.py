@@ -646,15 +646,16 @@ class _Probe:
             tried += 1
             full = (self.rec.calls, self.rec.order, n)
             second: tuple[Any, int] | None = None
+            clear = False
             for m in (2 * n, n + 2 * self.hop, n + self.hop, n + 3 * self.hop):
                 if self.run_full(m, seed=99):
                     second = (self.rec.calls, m)
-                    if not self._ambiguous(full[0], second[0]):
+                    clear = not self._ambiguous(full[0], second[0])
+                    if clear:
                         break
-            if first is None:
+            if first is None or clear:
                 first = (full, second)
-            if second is not None and not self._ambiguous(full[0], second[0]):
-                first = (full, second)
+            if clear:
                 break
         if first is None:
             return None
@@ -741,14 +742,14 @@ class _Probe:
         stream = self.stream
         return any(label.startswith(w + ".") for w in [*stream._windows, *stream._cumulative])
 
-    def _window_around(self, label: str) -> bool:
+    def _window_around(self, label: str, itself: bool = False) -> bool:
         """For a measured module that does not act on each time step on its own: stream the
-        innermost module around it that measures as a window (or blocks) with one (see
-        :meth:`windowed`); True where one now does."""
-        parts = label.split(".")
-        for depth in range(len(parts) - 1, 0, -1):
-            parent = _get(self.model, ".".join(parts[:depth]))
-            if parent is not None and self._try_window_at(id(parent)):
+        innermost module around it (``itself``: or it first) that measures as a window (or
+        blocks) with one (see :meth:`windowed`); True where one now does."""
+        parts = label.split(".") if label != "<model>" else []
+        for depth in range(len(parts) - (0 if itself else 1), 0, -1):
+            module = _get(self.model, ".".join(parts[:depth]))
+            if module is not None and self._try_window_at(id(module)):
                 return True
         return False
 
@@ -852,13 +853,7 @@ class _Probe:
         its enclosing modules whose measurement finds one, with a window of its last input
         samples (see :meth:`windowed`). A module that acts on each time step differs when
         its input does: the code that reads earlier time steps is then its parent's."""
-        name = self.rec.names[key]
-        parts = name.split(".") if name != "<model>" else []
-        for depth in range(len(parts), 0, -1):
-            module = _get(self.model, ".".join(parts[:depth]))
-            if module is not None and self._try_window_at(id(module)):
-                return True
-        return False
+        return self._window_around(self.rec.names[key], itself=True)
 
     def _try_window_at(self, key: int) -> bool:
         module = self.rec.modules[key]
