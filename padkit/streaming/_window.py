@@ -208,18 +208,24 @@ def _block_step(
         )
     length = int(x.shape[dim])
     xe = torch.cat([hist, x], dim) if hist is not None and h else x
-    total = h + length
-    fill = (-total) % w if total else w
-    if fill:
-        shape = list(xe.shape)
-        shape[dim] = fill
-        xe = torch.cat([xe, xe.new_zeros(shape)], dim)
-    out, odim = _run_on(plan, layer, xe, quiet)
+    out, odim = _run_on(plan, layer, _whole_blocks(xe, dim, w), quiet)
     # the samples of the next span's first block that come before it
     a_next = a_in + keep
     done = a_next % w
     ctx.state_out[plan.key] = xe.narrow(dim, h + keep - done, done).clone()
     return out.narrow(odim, h, length)
+
+
+def _whole_blocks(x: Tensor, dim: int, w: int) -> Tensor:
+    """``x`` filled out with zeros on ``dim`` to whole blocks of ``w`` (one block when
+    empty)."""
+    n = int(x.shape[dim])
+    fill = (-n) % w if n else w
+    if not fill:
+        return x
+    shape = list(x.shape)
+    shape[dim] = fill
+    return torch.cat([x, x.new_zeros(shape)], dim)
 
 
 def blocks_differ(
@@ -239,12 +245,7 @@ def blocks_differ(
             for c in chunk_sizes(steps):
                 seen += c
                 upto = seen if seen == steps else seen - seen % block
-                part = x.narrow(in_axis, done, seen - done)
-                fill = (-(seen - done)) % block
-                if fill:
-                    shape = list(part.shape)
-                    shape[in_axis] = fill
-                    part = torch.cat([part, part.new_zeros(shape)], in_axis)
+                part = _whole_blocks(x.narrow(in_axis, done, seen - done), in_axis, block)
                 if upto > done:
                     outs.append(module(part).narrow(out_axis, 0, upto - done))
                 done = upto
