@@ -30,7 +30,7 @@ from fractions import Fraction
 
 from ._plan import _Plan
 
-__all__ = ["Clocks", "make_clocks"]
+__all__ = ["Clocks", "make_clocks", "span_at"]
 
 
 @dataclass(frozen=True)
@@ -71,6 +71,18 @@ class Clocks:
     def samples(self, ticks: int, rate: Fraction) -> Fraction:
         """``ticks`` in samples of a clock at ``rate``."""
         return Fraction(ticks) * rate / self.ticks
+
+
+def span_at(
+    clocks: Clocks | None, lookahead: tuple[int, int, int], rate: Fraction
+) -> tuple[int, int]:
+    """A step's span ``lookahead`` (start, next start, end, in input samples) on a clock at
+    ``rate``: its first sample and the next span's. A span from the stream's start that
+    commits nothing starts both at 0 (``init_state``'s shape probe runs without clocks)."""
+    start, nxt, _ = lookahead
+    if not (start or nxt) or clocks is None:
+        return 0, 0
+    return clocks.at(rate, start), clocks.at(rate, nxt)
 
 
 def _out_rate(plan: _Plan, rate: Fraction) -> Fraction:

@@ -76,7 +76,7 @@ from ._catalog import _BATCH_NORMS, _HOLDERS, _MEASURED, _REFUSED, elementwise, 
 from ._check import ModelRaised, model_raised, probe_lengths, probe_stream, unchanged
 from ._cumulative import CumulativePlan, cumulative_step
 from ._hold import HeldBuffer, HoldSchedule, held_count, measure_schedule
-from ._lookahead import Clocks, make_clocks
+from ._lookahead import Clocks, make_clocks, span_at
 from ._ops import (
     empty_output,
     run_op,
@@ -486,19 +486,18 @@ class StreamingModule(nn.Module):
         self._windows[label] = WindowPlan(label, reach, in_axis, out_axis, ahead, rate, block)
         c = self._clocks
         if self._lookahead_mode and c is not None:
-            self._clocks = make_clocks(
-                self._plans, dict(c.rates), c.out, self._lookahead, self._window_clocks()
-            )
+            self._clocks = self._remade_clocks(dict(c.rates), c.out)
         self._install(label, layer)
 
-    def _window_clocks(self) -> dict[str, tuple[Fraction, int]]:
-        """The windowed modules of a lookahead stream that read ahead: their input's clock
-        and how far they read ahead (for ``make_clocks``)."""
-        return {
+    def _remade_clocks(self, rates: dict[str, Fraction], out: Fraction) -> Clocks:
+        """The clocks for measured ``rates`` and output clock ``out``, with the lookahead of
+        the windowed modules that read ahead (their input's clock and how far they read)."""
+        windows = {
             name: (w.rate, w.ahead)
             for name, w in self._windows.items()
             if w.ahead and w.rate is not None
         }
+        return make_clocks(self._plans, rates, out, self._lookahead, windows)
 
     def _call_measured(
         self,
@@ -1245,9 +1244,7 @@ class StreamingModule(nn.Module):
                 rates, out = c.rates, c.out
                 self._measure_out_axis(chunk)
             if rates != c.rates or out != c.out:
-                self._clocks = make_clocks(
-                    self._plans, rates, out, self._lookahead, self._window_clocks()
-                )
+                self._clocks = self._remade_clocks(rates, out)
             self.__dict__["_clocks_confirmed"] = True
 
     def _out_dim(self, ndim: int) -> int:
@@ -1317,9 +1314,7 @@ class StreamingModule(nn.Module):
             return self._clocks
         with self._lock:
             rates, out = self._measure_rates(chunk)
-            self._clocks = make_clocks(
-                self._plans, rates, out, self._lookahead, self._window_clocks()
-            )
+            self._clocks = self._remade_clocks(rates, out)
             self.__dict__["_clocks_confirmed"] = True
         return self._clocks
 
@@ -1676,7 +1671,9 @@ class StreamingModule(nn.Module):
         state is carried over the samples the stream commits (up to the next span's start),
         kept, and the layer runs on from there over the rest, whose state is dropped: the
         next step runs them again."""
-        start, nxt, _ = ctx.lookahead  # type: ignore[misc]
+        span = ctx.lookahead
+        assert span is not None  # (the caller's condition)
+        start, nxt, _ = span
         tdim = 0 if x.dim() == 2 or not plan.batch_first else 1
         length = int(x.shape[tdim])
         keep = 0
@@ -1687,7 +1684,8 @@ class StreamingModule(nn.Module):
                     f"StreamingModule(lookahead=...): the clock of {type(layer).__name__} "
                     f"{plan.name!r} was not measured (the model's full runs did not call it)"
                 )
-            keep = ctx.clocks.at(rate, nxt) - ctx.clocks.at(rate, start)
+            a_in, a_next = span_at(ctx.clocks, span, rate)
+            keep = a_next - a_in
         if keep < 0 or keep > length:
             raise PaddingError(
                 f"StreamingModule(lookahead=...): {type(layer).__name__} {plan.name!r} got "
@@ -1968,11 +1966,9 @@ class StreamingModule(nn.Module):
         start, nxt, _ = ctx.lookahead
         td = 2 + plan.ti
         length = int(x.shape[td])
-        a_in = a_next = 0
+        a_in, a_next = (0, 0)
         if start or nxt:
-            clocks: Clocks = ctx.clocks
-            rate = clocks.rates[plan.name]
-            a_in, a_next = clocks.at(rate, start), clocks.at(rate, nxt)
+            a_in, a_next = span_at(ctx.clocks, ctx.lookahead, ctx.clocks.rates[plan.name])
         hist = plan.history
         if a_in == 0 and length > 0 and (plan.replicate or plan.reflect) and plan.lo > 0:
             # the span starts the layer's input: its left pad is the first sample repeated,

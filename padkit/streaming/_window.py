@@ -20,6 +20,7 @@ import torch
 from torch import Tensor, nn
 
 from ..spec import PaddingError
+from ._lookahead import span_at
 from ._state import _Context, check_continues, claim_call
 
 __all__ = [
@@ -153,12 +154,9 @@ def _lookahead_step(
     to the end; the window before them is in the state. Its outputs near the end read
     inputs not seen yet and are not committed (its lookahead is in the stream's delay): the
     next step runs them again. The window kept is the one before the next span's start."""
-    start, nxt, _ = ctx.lookahead  # type: ignore[misc]
     length = int(x.shape[dim])
-    a_in = a_next = 0
-    if start or nxt:
-        rate = plan.rate if plan.rate is not None else Fraction(1)
-        a_in, a_next = ctx.clocks.at(rate, start), ctx.clocks.at(rate, nxt)
+    rate = plan.rate if plan.rate is not None else Fraction(1)
+    a_in, a_next = span_at(ctx.clocks, ctx.lookahead, rate)  # type: ignore[arg-type]
     keep = a_next - a_in
     if keep < 0 or keep > length:
         raise PaddingError(
