@@ -5,6 +5,7 @@ LSTMs included, equal to the HF module's own full-sequence output."""
 
 from __future__ import annotations
 
+import copy
 import functools
 import random
 
@@ -21,7 +22,7 @@ HOP = 8  # upsampling_ratios [4, 2]
 
 
 @functools.cache
-def encodec(pad_mode: str) -> nn.Module:
+def encodec(pad_mode: str, causal: bool = True) -> nn.Module:
     torch.manual_seed(0)
     config = transformers.EncodecConfig(
         num_filters=4,
@@ -29,7 +30,7 @@ def encodec(pad_mode: str) -> nn.Module:
         hidden_size=8,
         codebook_size=16,
         num_lstm_layers=2,
-        use_causal_conv=True,
+        use_causal_conv=causal,
         pad_mode=pad_mode,
         audio_channels=1,
     )
@@ -333,18 +334,7 @@ def test_non_causal_encodec_converts_at_every_length_and_streams_with_lookahead(
     each ``EncodecConv1d`` pads a fixed split of ``k - s`` and the extra pad that completes
     its last window. The converted copy equals the HF module at every length over a hop's
     residues (a pad baked in from the probes would not), and streams with lookahead."""
-    torch.manual_seed(0)
-    config = transformers.EncodecConfig(
-        num_filters=4,
-        upsampling_ratios=[4, 2],
-        hidden_size=8,
-        codebook_size=16,
-        num_lstm_layers=2,
-        use_causal_conv=False,
-        pad_mode="reflect",
-        audio_channels=1,
-    )
-    module = getattr(transformers.EncodecModel(config).double().eval(), part)
+    module = copy.deepcopy(getattr(encodec("reflect", causal=False), part)).double()
     channels, n = (1, 64) if part == "encoder" else (8, 12)
     new, _ = convert_causal(module, torch.zeros(1, channels, n, dtype=torch.float64))
     with torch.no_grad():
