@@ -39,7 +39,9 @@ measured close together in time. Reported, per case and chunk size:
   the same round, median ``[min-max]`` (both streams cover whole hops, so this is also the
   ratio of the costs per output sample); **alone**: the same from rounds that stream padkit
   alone, without the peer's steps in between (whose memory traffic a short step, which
-  does little work of its own, otherwise pays for);
+  does little work of its own, otherwise pays for), timed as one loop of steps, as a
+  user's loop runs (the interleaved rounds time each step, which adds a timer's call to
+  every 1-sample step);
 * each stream's outputs, concatenated, against the model's full-sequence run on the same
   samples (``max |diff|``), or what is wrong: a wrong output length, or the error raised.
 
@@ -426,6 +428,18 @@ def stream_round(
     if peer is not None and not res["peer"].error:
         fns["peer"] = peer.step
     perf = time.perf_counter
+    if alone:  # one timer around the loop
+        step = sm.step
+        parts = x.split(chunk, -1)
+        try:
+            t0 = perf()
+            for c in parts:
+                y, state = step(c, state)
+            res["padkit"].totals.append(perf() - t0)
+            res["padkit"].steps = len(parts)
+        except Exception as err:
+            res["padkit"].error = _short(err)
+        return
     for i, c in enumerate(x.split(chunk, -1)):
         steps += 1
         for name in ("padkit", "peer") if i % 2 == 0 else ("peer", "padkit"):

@@ -341,8 +341,10 @@ def test_a_held_state_with_a_count_that_does_not_fit_is_refused() -> None:
 def test_the_held_buffer_holds_what_a_cat_of_its_chunks_holds(
     dtype: torch.dtype, shape: tuple[int, ...], dim: int
 ) -> None:
-    """``HeldBuffer.write`` (numpy where the dtype has one, torch otherwise) against
-    ``torch.cat``; chunks it cannot take are left to the full path (None)."""
+    """``HeldBuffer.write_one`` (a 1-sample chunk's value, where the buffer holds one
+    element per sample) and ``write`` (numpy where the dtype has one, torch otherwise), as
+    the step tries them, against ``torch.cat``; chunks they cannot take are left to the
+    full path (None)."""
     from padkit.streaming._hold import HeldBuffer
 
     src = (torch.randn(*shape) * 100).to(dtype)
@@ -350,10 +352,16 @@ def test_the_held_buffer_holds_what_a_cat_of_its_chunks_holds(
     buf = torch.zeros(shape, dtype=dtype)
     buf.narrow(dim, 0, 2).copy_(first)
     memo = HeldBuffer(buf, 2, dim, None)
+    # one element per sample in a dtype numpy has: the value store takes 1-sample chunks
+    by_value = buf.numel() == shape[dim] and dtype != torch.bfloat16
     pos = 2
     for k in (1, 3, 1, 1):
         chunk = src.narrow(dim, pos, k)
-        assert memo.write(chunk) is not None
+        count = memo.write_one(chunk)
+        assert (count is not None) == (k == 1 and by_value)
+        if count is None:
+            count = memo.write(chunk)
+        assert count is not None
         pos += k
         assert memo.count == pos and int(memo.count_t) == pos
         assert torch.equal(buf.narrow(dim, 0, pos), src.narrow(dim, 0, pos))
@@ -365,7 +373,8 @@ def test_the_held_buffer_holds_what_a_cat_of_its_chunks_holds(
         src.narrow(dim, 0, 1).to(other),
         torch.zeros(wide, dtype=dtype).narrow(dim, 0, 1),
     ):
-        assert memo.write(bad) is None
+        assert memo.write_one(bad) is None and memo.write(bad) is None
     if dtype.is_floating_point:
-        assert memo.write(src.narrow(dim, 0, 1).clone().requires_grad_()) is None
+        grad = src.narrow(dim, 0, 1).clone().requires_grad_()
+        assert memo.write_one(grad) is None and memo.write(grad) is None
     assert memo.count == 8  # nothing written by a refused chunk

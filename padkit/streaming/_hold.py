@@ -177,6 +177,7 @@ class HeldBuffer:
         "one",
         "out",
         "shapes",
+        "single",
     )
 
     def __init__(self, buf: Tensor, count: int, dim: int, out: Any) -> None:
@@ -195,27 +196,44 @@ class HeldBuffer:
         self.lead = (slice(None),) * dim  # the index of the axes before time
         self.cpu = buf.device.type == "cpu"
         self.arr = buf.numpy() if self.cpu and buf.dtype in _NUMPY else None
-        # one element per sample (every other axis of size 1): a sample's flat index
+        # one element per sample (every other axis of size 1): a sample's flat index, and
+        # the store a 1-sample chunk's value is written to (a memoryview of the buffer,
+        # cheaper to write than numpy, where its format allows)
         arr = self.arr
         self.flat = arr.reshape(-1) if arr is not None and buf.numel() == self.cap else None
+        self.single: Any = None
+        if self.flat is not None:
+            self.single = self.flat if buf.dtype is torch.float16 else memoryview(self.flat.data)
+
+    def write_one(self, chunk: Tensor) -> Tensor | None:
+        """:meth:`write` of a chunk of one element where the buffer holds one per sample,
+        the common case (a 1-sample chunk of mono audio): the chunk's value is stored, with
+        no tensor op. None where it does not apply."""
+        n = self.count
+        single = self.single
+        if (
+            single is None
+            or n >= self.cap
+            or chunk.dtype is not self.dtype
+            or chunk.numel() != 1
+            or chunk.dim() != self.ndim
+            or not chunk.is_cpu
+            or chunk.requires_grad
+        ):
+            return None
+        single[n] = chunk.item()
+        n += 1
+        count = _COUNTS.get(n)
+        if count is None:
+            count = held_count(n)
+        self.count = n
+        self.count_t = count
+        return count
 
     def write(self, chunk: Tensor) -> Tensor | None:
         if chunk.dtype is not self.dtype or chunk.requires_grad:
             return None
         n = self.count
-        flat = self.flat
-        # one element per sample (every other axis of size 1): a chunk of one element and as
-        # many axes is a 1-sample chunk of the held input's shape, the common case
-        if flat is not None and chunk.numel() == 1 and chunk.dim() == self.ndim:
-            if n < self.cap and chunk.is_cpu:
-                flat[n] = chunk.item()
-                n += 1
-                count = _COUNTS.get(n)
-                if count is None:
-                    count = held_count(n)
-                self.count, self.count_t = n, count
-                return count
-            return None
         shape = chunk.shape
         if shape == self.one:
             k = 1

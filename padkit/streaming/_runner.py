@@ -919,7 +919,9 @@ class StreamingModule(nn.Module):
             # the state is the latest held one and the chunk continues it: write the chunk
             # after the held samples while they still complete no output (see ``_hold.py``);
             # any other chunk takes the full path, which says what is wrong
-            count = memo.write(chunk)
+            count = memo.write_one(chunk)
+            if count is None:
+                count = memo.write(chunk)
             if count is not None:
                 new = dict(state)
                 new[_HELD_COUNT_KEY] = count
