@@ -558,7 +558,12 @@ def deterministic() -> Iterator[None]:
 @requires_backend
 @pytest.mark.parametrize(
     "n, c, length, d, pads",
-    [(1, 32, 300, 4, ((8, 0),)), (2, 16, 37, 3, ((1, 5),)), (3, 16, 9, 1, ((2, 0),))],
+    [
+        (1, 32, 300, 4, ((8, 0),)),
+        (3, 48, 400, 2, ((4, 0),)),  # long rows: reordered an (image, channel block) at a time
+        (2, 16, 37, 3, ((1, 5),)),
+        (3, 16, 9, 1, ((2, 0),)),
+    ],
 )
 def test_inference_convs_with_pads_in_the_source_buffer_stay_exact(
     n: int, c: int, length: int, d: int, pads: Pairs
@@ -566,7 +571,8 @@ def test_inference_convs_with_pads_in_the_source_buffer_stay_exact(
     """NCHW inference where oneDNN's blocked kernels take no such pads (causal dilated
     convs): the pads go into the blocked source buffer around the reordered input. Every
     call, on new values, equals the F.pad reference (the pads are never written, so they
-    stay zero: a call after an input of infinities and NaN is exact too)."""
+    stay zero: a call after an input of infinities and NaN is exact too; so is a strided
+    view of a longer input)."""
     assert native.enable(), native.info()
     _dispatch.HOOK.force = True
     try:
@@ -574,8 +580,9 @@ def test_inference_convs_with_pads_in_the_source_buffer_stay_exact(
         w, b = torch.randn(c, c, 3), torch.randn(c)
         loud = torch.full((n, c, length), float("inf"))
         loud[..., ::2] = float("nan")
+        view = torch.randn(n, c + 16, length + 9)[:, 16:, 5 : 5 + length]
         with torch.no_grad():
-            for x in (torch.randn(n, c, length), loud, torch.randn(n, c, length)):
+            for x in (torch.randn(n, c, length), loud, torch.randn(n, c, length), view):
                 got = PF.conv1d(x, w, b, 1, pads, d)
                 want = F.conv1d(F.pad(x, torch_pad(pads)), w, b, 1, 0, d)
                 torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4, equal_nan=True)
