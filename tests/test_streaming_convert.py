@@ -269,6 +269,50 @@ def test_inline_f_pad_in_a_forward_is_moved_into_the_convs(sizes: list[int]) -> 
     assert root.filter.resolved_padding() == ((2, 0),)
 
 
+class TimeMajorConvModule(nn.Module):
+    """A causal conformer-style conv module on ``(N, T, D)``: a pointwise conv and a GLU, then
+    the causal pad written in forward before the depthwise conv, a norm over channels."""
+
+    def __init__(self, d: int, k: int) -> None:
+        super().__init__()
+        self.ln = nn.LayerNorm(d)
+        self.pw1 = nn.Conv1d(d, 2 * d, 1)
+        self.left = k - 1
+        self.dw = nn.Conv1d(d, d, k, groups=d)
+        self.norm = nn.LayerNorm(d)
+        self.pw2 = nn.Conv1d(d, d, 1)
+
+    def forward(self, x: Tensor) -> Tensor:
+        y = F.glu(self.pw1(self.ln(x).transpose(1, 2)), dim=1)
+        y = self.dw(F.pad(y, (self.left, 0)))
+        y = self.norm(y.transpose(1, 2)).transpose(1, 2)
+        return x + self.pw2(F.silu(y)).transpose(1, 2)
+
+
+def test_a_pad_written_between_two_convs_is_named_in_the_refusal_and_converted() -> None:
+    """The refusal names the module whose forward pads time between two streamed convs (not
+    the first module whose values differ, a norm after them) with the lengths the full run
+    gave them, and the conversion for an (N, T, D) input; after it the model streams."""
+    torch.manual_seed(11)
+    block = TimeMajorConvModule(8, 5)
+    net = nn.Sequential(nn.Linear(8, 8), nn.Sequential(block), TimeMajorConvModule(8, 3))
+    net = net.double().eval()
+    x = torch.randn(2, 40, 8, dtype=torch.float64)
+    sm = StreamingModule(net, axis=1)
+    with pytest.raises(PaddingError) as err:
+        sm.step(x[:, :1], sm.init_state(example=x[:, :1]))
+    text = str(err.value)
+    assert "The forward of TimeMajorConvModule '1.0' gives Conv1d '1.0.dw'" in text
+    assert "where Conv1d '1.0.pw1' before it returned" in text
+    assert "convert_causal(model, example, input_axis=1)" in text
+    assert "computes over time in code" not in text  # the found reason only
+    new, _ = convert_causal(net, x, input_axis=1)
+    with torch.no_grad():
+        full = net(x)
+    for sizes in ([1] * 40, [7] * 5 + [5], [3, 0, 29, 8]):
+        torch.testing.assert_close(streamed(new, x, sizes, axis=1), full, rtol=1e-9, atol=1e-12)
+
+
 def test_pad_into_a_2d_conv_and_a_pad_used_twice_is_caught() -> None:
     """A ZeroPad2d before a spectrogram conv merges per axis; a pad whose output also feeds
     a residual add cannot be removed, and the final check says so."""

@@ -37,6 +37,7 @@ import math
 from collections.abc import Iterator
 from contextlib import contextmanager
 from fractions import Fraction
+from itertools import pairwise
 from typing import Any
 
 import torch
@@ -53,9 +54,16 @@ _HINT = (
     "Its forward runs as written on every chunk: padding or slicing the time axis there "
     "(F.pad, x[..., :-p]) is repeated per chunk, and branches it adds must emit their samples "
     "at the same times. For pads and crops, convert the model first: "
-    "padkit.streaming.convert_causal(model, example) moves such pads and crops into padkit "
+    "padkit.streaming.convert_causal(model, example{}) moves such pads and crops into padkit "
     "layers; StreamingModule(..., check=False) skips this check"
 )
+
+
+def _hint(stream: Any) -> str:
+    """:data:`_HINT`, with the input's time axis where it is not the last."""
+    axis = getattr(stream, "axis", -1)
+    return _HINT.format("" if axis == -1 else f", input_axis={axis}")
+
 
 _AMBIGUOUS = -1  # several axes of a tensor follow the sequence length
 
@@ -185,6 +193,19 @@ def unchanged(model: nn.Module, buffers_only: bool = False) -> Iterator[None]:
 
 
 # ----------------------------------------------------------------------------- recording
+
+
+def _length(obj: Any, axis: int) -> int | None:
+    """The length on ``axis`` of the first tensor in ``obj`` (None: none has the axis)."""
+    xs = [v for v in _tensors(obj) if isinstance(v, Tensor)]
+    return int(xs[0].shape[axis]) if xs and xs[0].dim() > axis else None
+
+
+def _reshapes(call: _Call) -> bool:
+    """Whether a module call returns another shape than its first input's."""
+    ins = [v for v in _tensors((call.args, call.kwargs)) if isinstance(v, Tensor)]
+    outs = [v for v in _tensors(call.out) if isinstance(v, Tensor)]
+    return not ins or not outs or ins[0].shape != outs[0].shape
 
 
 def _tensors(obj: Any) -> list[Any]:
@@ -978,7 +999,8 @@ class _Probe:
                     f"StreamingModule: {label} returned {got} time steps in all over "
                     f"{'a probe' if final else 'the start of a probe'} of {n} samples streamed "
                     f"in chunks {sizes}, where the full-sequence run returns {want}"
-                    f"{'' if final else f' for all {n}'}. {self.pads(key)}{_HINT}"
+                    f"{'' if final else f' for all {n}'}. {self.pads(key) or self.code_pad(key)}"
+                    f"{_hint(self.stream)}"
                 )
             if not f.is_floating_point() or got == 0:
                 continue
@@ -1000,11 +1022,13 @@ class _Probe:
                         f"{refused[0]!r}: measured on its input in a full run of {n} samples, "
                         f"{refused[1]}"
                     )
+                pads = self.pads(key)
+                code = "" if pads else self.code_pad(key)  # the reason, where found
                 raise PaddingError(
                     f"StreamingModule: {label} streams values that differ from the full run's "
                     f"(its streamed output differs by {diff:.3g}; a probe of {n} samples in "
                     f"chunks {sizes}{', then flush()' if look else ''}): {self.short()}"
-                    f"{self.why(key)}{self.pads(key)}" + _HINT
+                    f"{'' if code else self.why(key)}{pads or code}{_hint(self.stream)}"
                 )
 
     def out_rate(self, key: int) -> tuple[int, Fraction] | None:
@@ -1142,6 +1166,53 @@ class _Probe:
             f"its own input's {own}: it pads or crops the time axis in code before that layer. "
         )
 
+    def code_pad(self, key: int) -> str:
+        """The pad or crop that the module's forward, or the forward of a module around it,
+        writes in code between two streamed layers: the later layer's input is longer or
+        shorter on time than the earlier one's output, and no module called between them
+        changes a shape (innermost first; the full run's calls)."""
+        stream = self.stream
+        names = self.rec.names
+        name = names.get(key)
+        if name is None:
+            return ""
+        keys = {n: k for k, n in names.items()}
+        parts = [] if name == "<model>" else name.split(".")
+        layers: list[tuple[_Call, str, int]] = []
+        for lname, plan in stream._plans.items():
+            for c in self.full.get(id(stream._layer_by_name(lname)), []):
+                layers.append((c, lname, 2 + plan.ti))
+        for depth in range(len(parts), -1, -1):
+            owner = keys.get(".".join(parts[:depth]) or "<model>")
+            if owner is None or len(self.full.get(owner, [])) != 1:
+                continue
+            calls = self.full[owner]
+            call = calls[0]
+            inside = sorted(
+                (t for t in layers if call.enter < t[0].enter < call.exit), key=lambda t: t[0].enter
+            )
+            for (a, a_name, a_ax), (b, b_name, b_ax) in pairwise(inside):
+                got, want = _length(a.out, a_ax), _length(b.args, b_ax)
+                if b.enter < a.exit or got is None or want is None or got == want:
+                    continue
+                if any(
+                    a.exit < c.enter and c.exit < b.enter and _reshapes(c)
+                    for k, cs in self.full.items()
+                    if k not in (owner, key)
+                    for c in cs
+                ):
+                    continue
+                whose = "Its forward" if owner == key else f"The forward of {self.rec.label(owner)}"
+                a_type = type(stream._layer_by_name(a_name)).__name__
+                b_type = type(stream._layer_by_name(b_name)).__name__
+                return (
+                    f"{whose} gives {b_type} {b_name!r} {want} time steps where {a_type} "
+                    f"{a_name!r} before it returned {got}: code between them changes the length "
+                    "of the time axis (a pad or crop: F.pad, slicing), and runs again on every "
+                    "chunk. "
+                )
+        return ""
+
 
 class _Retry(Exception):
     """A module now streams with a window: stream the probe again."""
@@ -1225,6 +1296,6 @@ def _probe(stream: Any, probe: _Probe) -> bool:
         raise PaddingError(
             f"StreamingModule: {failed.label} fails on a streamed chunk of {failed.size} "
             f"sample(s) ({_first_line(failed.error)}) although the full sequence of "
-            f"{probe.n} runs{'; ' + measured if measured else '. '}{_HINT}"
+            f"{probe.n} runs{'; ' + measured if measured else '. '}{_hint(probe.stream)}"
         ) from None
     return True
