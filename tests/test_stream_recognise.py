@@ -760,3 +760,42 @@ def test_an_empty_chunk_is_checked_like_any_other() -> None:
         stream.step(torch.zeros(1, 5, 0), state)
     with pytest.raises(PaddingError, match=r"chunk has dtype torch\.float64"):
         stream.step(torch.zeros(1, 2, 0, dtype=torch.float64), state)
+
+
+class Conv2dSubsampling(nn.Module):
+    """A speech front end on ``(N, T, F)`` features: 2-d convs over (time, frequency) at
+    stride 2, unpadded (the layout of ESPnet's and WeNet's subsampling), then a Linear over
+    channels and frequencies."""
+
+    def __init__(self, f: int, d: int) -> None:
+        super().__init__()
+        self.conv = nn.Sequential(
+            nn.Conv2d(1, d, 3, 2), nn.ReLU(), nn.Conv2d(d, d, 3, 2), nn.ReLU()
+        )
+        self.out = nn.Linear(d * (((f - 1) // 2 - 1) // 2), d)
+
+    def forward(self, x: Tensor) -> Tensor:
+        h = self.conv(x.unsqueeze(1))
+        n, c, t, f = h.shape
+        return self.out(h.transpose(1, 2).reshape(n, t, c * f))
+
+
+def test_the_convs_time_axis_is_measured_where_the_model_moves_it() -> None:
+    """(N, T, F) features unsqueezed to (N, 1, T, F) for 2-d convs: their time axis is axis
+    2 of their input, not the last (the frequencies), found in two full runs with no
+    ``layer_axis=`` (the default taken before gave them the frequency axis: the first step
+    raised on a state's shape). A given ``layer_axis`` is kept; a copy streams the same."""
+    torch.manual_seed(61)
+    model = nn.Sequential(Conv2dSubsampling(20, 8), nn.Linear(8, 4))
+    x = torch.randn(2, 45, 20)
+    stream = assert_streams(model, x, axis=1)
+    assert {stream._plans[n].ti for n in ("0.conv.0", "0.conv.2")} == {0}
+    twin = copy.deepcopy(stream)
+    xd = x.double()
+    with torch.no_grad():
+        full = model(xd)
+    torch.testing.assert_close(streamed(twin, xd, [5] * 9), full, rtol=0, atol=ATOL)
+    given = StreamingModule(model, axis=1, layer_axis=-1)
+    with pytest.raises(PaddingError):
+        first_step(given, xd)
+    assert given._plans["0.conv.0"].ti == 1

@@ -235,8 +235,12 @@ class StreamingModule(nn.Module):
             as transformers and pytorch-tcn's ``input_shape="NLC"`` take them), ``2`` (or
             ``-3``) for ``(N, C, T, H, W)`` video.
         layer_axis: the time axis of the conv and pool inputs inside the model, counted in
-            their ``(N, C, ...)`` dims; default ``axis``, or ``-1`` when ``axis=1`` (the model
-            transposes ``(N, T, D)`` to ``(N, D, T)`` for its convs).
+            their ``(N, C, ...)`` dims. Default: measured per layer before the first step
+            (the axis of its input that follows the input's length in two full runs on
+            zeros: ``(N, T, F)`` features unsqueezed for 2-d convs have it at axis 2);
+            where a layer's is not measured (it runs more than once a run, or no single axis
+            follows), ``axis``, or ``-1`` when ``axis=1`` (the model transposes
+            ``(N, T, D)`` to ``(N, D, T)`` for its convs).
         lookahead: ``None`` (causal: every time pad on the left), ``"auto"`` or a number of
             input samples: stream a model whose layers also pad on the right (strided convs
             and transposed convs included), its outputs delayed by :attr:`delay` input
@@ -309,6 +313,9 @@ class StreamingModule(nn.Module):
                 "StreamingModule: axis=0 is the batch axis; pass the time axis: -1 for "
                 "(N, C, T), 1 for (N, T, D), 2 for (N, C, T, H, W)"
             )
+        # a layer_axis not given is measured per layer before the first step (the axis of
+        # each conv's and pool's input that follows the stream's length)
+        self._layer_axis_given = layer_axis is not None
         if layer_axis is None:
             layer_axis = -1 if axis == 1 else axis
         if isinstance(layer_axis, bool) or not isinstance(layer_axis, int):
@@ -405,6 +412,7 @@ class StreamingModule(nn.Module):
         state.setdefault("_held_outs", {})
         state.setdefault("_windows", {})
         state.setdefault("_cumulative", {})
+        state.setdefault("_layer_axis_given", True)
         state["_hold_memo"] = None
         state.pop("_hold_hop", None)  # an int, once kept under the method's name
         if "_clocks" not in state:  # pickles made before strided lookahead
@@ -662,6 +670,7 @@ class StreamingModule(nn.Module):
                 device=device if device is not None else example.device,
             )
             dim = self.axis if self.axis >= 0 else probe.dim() + self.axis
+            self._measure_layer_axes(probe)
             # the buffers' shapes do not depend on the time length: where the model refuses
             # the example's length (a pad that needs more samples, a length it asserts),
             # longer ones are tried
@@ -729,6 +738,60 @@ class StreamingModule(nn.Module):
         minimum = 1 + sum(max(p.k_eff - 1, p.lo) for p in self._plans.values() if p.kind != "convt")
         return min(hop, 1 << 14), minimum
 
+    def _measure_layer_axes(self, chunk: Tensor) -> None:
+        """Where ``layer_axis`` was not given: each conv's and pool's time axis, measured in
+        the model's full runs on zeros at two lengths (the one axis of the layer's input
+        that follows the stream's length; an ``(N, T, F)`` input unsqueezed for 2-d convs has
+        it at ``(N, 1, T, F)``'s axis 2), once per stream. A layer planned on another axis is
+        planned again on it; one called more than once a run, or whose inputs change no
+        single axis, keeps the default."""
+        if self._layer_axis_given or "_layer_axes" in self.__dict__:
+            return
+        self.__dict__["_layer_axes"] = {}
+        if not self._plans:
+            return
+        shapes: dict[str, list[tuple[int, ...]]] = {}
+
+        def recorder(label: str) -> Any:
+            def hook(module: nn.Module, args: tuple[Any, ...]) -> None:
+                xs = [a for a in args if isinstance(a, Tensor)]
+                if xs:
+                    shapes.setdefault(label, []).append(tuple(xs[0].shape))
+
+            return hook
+
+        hooks = [(self._layer_by_name(n), recorder(n)) for n in self._plans if n != "<model>"]
+        hop, minimum = self._hop_and_minimum()
+        with self._lock:
+            runs, _ = self._zero_runs(chunk, hop, minimum, hooks)
+        if len(runs) != 2:
+            return
+        moved = {}
+        for label, seen in shapes.items():
+            if len(seen) != 2:
+                continue
+            a = _changed_axis(*seen)
+            if a is not None and a >= 2 and a - 2 != self._plans[label].ti:
+                moved[label] = a
+        self.__dict__["_layer_axes"] = moved
+        for label, a in moved.items():
+            layer = self._layer_by_name(label)
+            self._plans[label] = _plan_layer(label, layer, a, self._lookahead_mode)
+            stand_in = self._stand_in_of(label, layer)
+            self._slots = [
+                (parent, key, lay, stand_in if lay is layer else s)
+                for parent, key, lay, s in self._slots
+            ]
+        if moved:
+            self._pairs_cache.clear()
+            self._startup_cache.clear()
+            self._checked.clear()
+            self.__dict__.pop("_hold_hop_value", None)
+            if self._clocks is not None:  # stride-1 lookahead: the clocks from the layers
+                one = Fraction(1)
+                rates = dict.fromkeys([*self._plans, *self._rnn_plans], one)
+                self._clocks = make_clocks(self._plans, rates, one, self._lookahead)
+
     def _layer(self, plan: _Plan) -> nn.Module:
         return self._layer_by_name(plan.name)
 
@@ -741,7 +804,10 @@ class StreamingModule(nn.Module):
         """Before the first step for an input shape: measure the modules that need it and
         probe the whole model against its plan (see ``padkit.streaming._check``); raises
         naming a module that cannot stream."""
-        if self._probing or not (self._check or self._measure):
+        if self._probing:
+            return
+        self._measure_layer_axes(chunk)
+        if not (self._check or self._measure):
             return
         if not chunk.is_floating_point():
             unknown = [n for n, kind in self._measure.items() if kind == "unknown"]
