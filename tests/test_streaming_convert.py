@@ -313,6 +313,57 @@ def test_a_pad_written_between_two_convs_is_named_in_the_refusal_and_converted()
         torch.testing.assert_close(streamed(new, x, sizes, axis=1), full, rtol=1e-9, atol=1e-12)
 
 
+class PadsItself(nn.Conv1d):
+    """A causal conv written as a subclass: ``F.pad`` of ``k_eff - stride`` on the left, then
+    torch's forward (a right pad shorter than the stride would give the same outputs at
+    most lengths)."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        lo = self.dilation[0] * (self.kernel_size[0] - 1) + 1 - self.stride[0]
+        return super().forward(F.pad(x, (lo, 0)))
+
+
+class CropsItself(nn.ConvTranspose1d):
+    """A causal transposed conv written as a subclass: torch's forward, then its last
+    ``k - stride`` outputs cropped."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        y = super().forward(x)
+        return y[..., : y.shape[-1] - (self.kernel_size[0] - self.stride[0])]
+
+
+class EvenCrop(nn.ConvTranspose1d):
+    def forward(self, x: Tensor) -> Tensor:
+        y = super().forward(x)
+        return y[..., : y.shape[-1] // 4 * 4]  # a crop that depends on the length
+
+
+def test_strided_and_transposed_conv_subclasses_that_pad_or_crop_themselves() -> None:
+    """A codec written with conv subclasses: a stride-4 conv that pads (4, 0) in its forward
+    (the probes alone also fit right pads 1-2: the conversion runs the layer at more
+    lengths) and transposed convs that crop their own output. The copy equals the original
+    at every length from 60 to 67 and streams exactly; a crop that depends on the length
+    is left, with the reason."""
+    torch.manual_seed(12)
+    enc = nn.Sequential(PadsItself(1, 4, 7), nn.ELU(), PadsItself(4, 8, 8, stride=4), nn.ELU())
+    dec = nn.Sequential(CropsItself(8, 4, 8, stride=4), nn.ELU(), PadsItself(4, 1, 7))
+    net = nn.Sequential(enc, dec).double().eval()
+    x = torch.randn(2, 1, 64, dtype=torch.float64)
+    new, report = convert_causal(net, x)
+    assert new[0][2].resolved_padding() == ((4, 0),)
+    assert "CropsItself (crops (0, 4) in its forward)" in str(report)
+    with torch.no_grad():
+        for n in range(60, 68):
+            xn = torch.randn(2, 1, n, dtype=torch.float64)
+            torch.testing.assert_close(new(xn), net(xn), rtol=0, atol=1e-12)
+        full = net(x)
+    for sizes in ([1] * 64, [7] * 9 + [1], [3, 0, 41, 20]):
+        torch.testing.assert_close(streamed(new, x, sizes), full, rtol=0, atol=1e-12)
+    odd = nn.Sequential(nn.Conv1d(1, 4, 1), EvenCrop(4, 2, 4, stride=2)).double().eval()
+    _, report = convert_causal(odd, torch.randn(1, 1, 21, dtype=torch.float64))
+    assert "its forward is not the transposed conv and a crop of its output" in str(report)
+
+
 def test_pad_into_a_2d_conv_and_a_pad_used_twice_is_caught() -> None:
     """A ZeroPad2d before a spectrogram conv merges per axis; a pad whose output also feeds
     a residual add cannot be removed, and the final check says so."""

@@ -744,7 +744,8 @@ class StreamingModule(nn.Module):
         that follows the stream's length; an ``(N, T, F)`` input unsqueezed for 2-d convs has
         it at ``(N, 1, T, F)``'s axis 2), once per stream. A layer planned on another axis is
         planned again on it; one called more than once a run, or whose inputs change no
-        single axis, keeps the default."""
+        single axis, keeps the default (1-d layers are not measured: their one spatial axis
+        is time)."""
         if self._layer_axis_given or "_layer_axes" in self.__dict__:
             return
         self.__dict__["_layer_axes"] = {}
@@ -760,7 +761,11 @@ class StreamingModule(nn.Module):
 
             return hook
 
-        hooks = [(self._layer_by_name(n), recorder(n)) for n in self._plans if n != "<model>"]
+        # a 1-d layer's one spatial axis is its time axis: only layers of more are measured
+        several = [n for n, p in self._plans.items() if n != "<model>" and len(p.k) > 1]
+        if not several:
+            return
+        hooks = [(self._layer_by_name(n), recorder(n)) for n in several]
         hop, minimum = self._hop_and_minimum()
         with self._lock:
             runs, _ = self._zero_runs(chunk, hop, minimum, hooks)

@@ -65,6 +65,11 @@ __all__ = ["ConvertedConv1d", "ConvertedConv2d", "ConvertedConv3d", "convert_cau
 _TORCH_CONVS = (nn.Conv1d, nn.Conv2d, nn.Conv3d)
 _TORCH_CONVTS = (nn.ConvTranspose1d, nn.ConvTranspose2d, nn.ConvTranspose3d)
 _BASE_FORWARD: dict[int, Any] = {1: nn.Conv1d.forward, 2: nn.Conv2d.forward, 3: nn.Conv3d.forward}
+_BASE_T_FORWARD: dict[int, Any] = {
+    1: nn.ConvTranspose1d.forward,
+    2: nn.ConvTranspose2d.forward,
+    3: nn.ConvTranspose3d.forward,
+}
 _ZERO_PADS = (
     nn.ConstantPad1d,
     nn.ConstantPad2d,
@@ -306,20 +311,39 @@ def _close(a: Any, b: Any, rtol: float, atol: float) -> bool:
     return True
 
 
+def _other_lengths(m: Any, x0: Tensor, td: int, count: int) -> Iterator[tuple[Tensor, Any]]:
+    """``m`` run on random inputs shaped like ``x0`` at the next ``count`` lengths of its
+    axis ``td`` (those it refuses passed over): ``(input, output)`` pairs."""
+    gen = torch.Generator(device=x0.device).manual_seed(0)
+    shape = list(x0.shape)
+    for extra in range(1, count + 1):
+        shape[td] = int(x0.shape[td]) + extra
+        x = torch.randn(shape, generator=gen, dtype=x0.dtype, device=x0.device)
+        try:
+            with torch.no_grad():
+                y = m(x)
+        except Exception:  # (a length the module refuses: the next)
+            continue
+        yield x, y
+
+
 def _solve_self_padding(
     m: Any, nd: int, ti: int, probes: list[tuple[Tensor, Tensor]], tol: float
 ) -> tuple[int, int] | None:
-    """The time pads ``(lo, hi)`` with which ``base_conv(pad(x)) == m(x)`` on every probe."""
+    """The time pads ``(lo, hi)`` with which ``base_conv(pad(x)) == m(x)`` on every probe.
+    Where the probes leave several (a right pad shorter than the stride adds no window at
+    their lengths), ``m`` runs at the next ``stride`` lengths, which leave one: the pad it
+    applies, or the constant one that gives as many outputs at every length."""
     base = _BASE_FORWARD[nd]
     td = 2 + ti
-    candidates: set[tuple[int, int]] | None = None
-    for x, y in probes:
+    k_eff = m.dilation[ti] * (m.kernel_size[ti] - 1) + 1
+    s = m.stride[ti]
+    p_lo, p_hi = _native_pairs(m, nd)[ti]
+
+    def fits(x: Any, y: Any) -> set[tuple[int, int]] | None:
         if not isinstance(y, Tensor) or not isinstance(x, Tensor) or y.dim() != x.dim():
             return None
         found: set[tuple[int, int]] = set()
-        k_eff = m.dilation[ti] * (m.kernel_size[ti] - 1) + 1
-        s = m.stride[ti]
-        p_lo, p_hi = _native_pairs(m, nd)[ti]
         n, want = int(x.shape[td]), int(y.shape[td])
         first = (want - 1) * s + k_eff - n - p_lo - p_hi
         for total in range(max(first, 0), max(first, 0) + s):
@@ -333,10 +357,58 @@ def _solve_self_padding(
                     continue
                 if ref.shape == y.shape and bool(torch.allclose(ref, y, rtol=tol, atol=tol)):
                     found.add((lo, total - lo))
+        return found
+
+    return _one_fit(m, probes, td, s, fits)
+
+
+def _one_fit(
+    m: Any, probes: list[tuple[Tensor, Tensor]], td: int, more: int, fits: Any
+) -> tuple[int, int] | None:
+    """The one ``(lo, hi)`` that ``fits`` every probe, asking ``m`` at ``more`` other lengths
+    while several do; None where none or several remain."""
+    candidates: set[tuple[int, int]] | None = None
+    for x, y in probes:
+        found = fits(x, y)
+        if found is None:
+            return None
         candidates = found if candidates is None else candidates & found
+    if candidates is not None and len(candidates) > 1:
+        for x, y in _other_lengths(m, probes[0][0], td, more):
+            found = fits(x, y)
+            if found is not None:
+                candidates &= found
+            if len(candidates) <= 1:
+                break
     if candidates is None or len(candidates) != 1:
         return None
     return next(iter(candidates))
+
+
+def _solve_self_crop(
+    m: Any, nd: int, ti: int, probes: list[tuple[Tensor, Tensor]], tol: float
+) -> tuple[int, int] | None:
+    """The time crops ``(lo, hi)`` with which ``base_conv_transpose(x)`` cropped by them
+    equals ``m(x)`` on every probe (a transposed conv subclass that crops its own output)."""
+    base = _BASE_T_FORWARD[nd]
+    td = 2 + ti
+
+    def fits(x: Any, y: Any) -> set[tuple[int, int]] | None:
+        if not isinstance(y, Tensor) or not isinstance(x, Tensor) or y.dim() != x.dim():
+            return None
+        try:
+            full = base(m, x)
+        except RuntimeError:
+            return None
+        n, want = int(full.shape[td]), int(y.shape[td])
+        found: set[tuple[int, int]] = set()
+        for lo in range(max(n - want + 1, 0)):
+            part = full.narrow(td, lo, want)
+            if part.shape == y.shape and bool(torch.allclose(part, y, rtol=tol, atol=tol)):
+                found.add((lo, n - want - lo))
+        return found
+
+    return _one_fit(m, probes, td, 1, fits)
 
 
 # ----------------------------------------------------------------------------- convert
@@ -511,6 +583,48 @@ def convert_causal(
             )
         )
 
+    # (a') transposed conv subclasses that crop their own output
+    for m in list(net.modules()):
+        if (
+            not isinstance(m, _TORCH_CONVTS)
+            or hasattr(m, "pad_spec")
+            or type(m).forward in _BASE_T_FORWARD.values()
+            or id(m) in done
+        ):
+            continue
+        nd = _conv_dims(m)
+        ti = time_index(nd)
+        calls = calls_of(m)
+        if ti < 0 or len(calls) < 2:
+            report.skipped.append(Skip(name(m), "not called once per probe on its time axis"))
+            continue
+        crops = None
+        if not any(m.output_padding):
+            crops = _solve_self_crop(m, nd, ti, [(c.inp, c.out) for c in calls], tol)
+        try:
+            native = padding_pairs(m, nd)
+        except PaddingError:
+            crops = None
+        if crops is None:
+            report.skipped.append(
+                Skip(name(m), "its forward is not the transposed conv and a crop of its output")
+            )
+            continue
+        pairs = list(native)
+        pairs[ti] = (native[ti][0] + crops[0], native[ti][1] + crops[1])
+        new_t = _build_transposed(m, nd, pairs)
+        put(m, new_t)
+        done.add(id(m))
+        report.changes.append(
+            Change(
+                name(m),
+                f"{type(m).__name__} (crops {crops} in its forward)",
+                f"{type(new_t).__name__} pads={tuple(pairs)}",
+                ("padding",),
+                detail="the crops its forward applied, solved from its outputs",
+            )
+        )
+
     # (c) pads and crops in code at any depth above a conv: read from the record
     net = _move_code_pads(net, recs, report, done, paths, time_index, put)
 
@@ -595,6 +709,25 @@ _TRANSPOSED: dict[int, type[nn.Module]] = {
     2: pnn.ConvTranspose2d,
     3: pnn.ConvTranspose3d,
 }
+
+
+def _build_transposed(old: Any, nd: int, pairs: Any) -> nn.Module:
+    """padkit's transposed conv of ``old``'s weights whose pads (crops) are ``pairs``."""
+    new = _TRANSPOSED[nd](
+        old.in_channels,
+        old.out_channels,
+        old.kernel_size,
+        stride=old.stride,
+        padding=tuple(pairs),
+        output_padding=old.output_padding,
+        groups=old.groups,
+        bias=old.bias is not None,
+        dilation=old.dilation,
+        device=old.weight.device,
+        dtype=old.weight.dtype,
+    )
+    _transfer(old, new)
+    return new
 
 
 class _Source:
@@ -828,20 +961,7 @@ def _move_code_pads(
         nd = _conv_dims(old)
         before = _brief(old)
         if isinstance(old, _TORCH_CONVTS):
-            new: nn.Module = _TRANSPOSED[nd](
-                old.in_channels,
-                old.out_channels,
-                old.kernel_size,
-                stride=old.stride,
-                padding=tuple(pairs),
-                output_padding=old.output_padding,
-                groups=old.groups,
-                bias=old.bias is not None,
-                dilation=old.dilation,
-                device=old.weight.device,
-                dtype=old.weight.dtype,
-            )
-            _transfer(old, new)
+            new: nn.Module = _build_transposed(old, nd, pairs)
         else:
             cls = _CONVERTED[nd] if type(old).forward is _KeywordTolerant.forward else None
             new = _build(old, nd, list(pairs), cls or _PLAIN_PADKIT[nd], modes.get(cpath))
