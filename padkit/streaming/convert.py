@@ -10,7 +10,12 @@ accepts) and rewrites what the record shows:
   wrapper's class is swapped for one that only calls it (``_wrappers.py``);
 * **a conv subclass that pads in its own forward** (pytorch-tcn's ``TemporalConv1d``,
   WaveNet's ``CausalConv1d(nn.Conv1d)``): the pads are solved from what the module returns
-  and the module becomes a :class:`ConvertedConv1d` (2d, 3d) with those pads;
+  (where the probes fit several right pads, a strided conv's shorter than its stride, the
+  module runs at ``stride`` more lengths, which leave one) and the module becomes a
+  :class:`ConvertedConv1d` (2d, 3d) with those pads;
+* **a transposed conv subclass that crops its own output** (``y[..., :-(k - s)]`` after
+  torch's forward): the crops are solved the same way and it becomes padkit's transposed
+  conv with them;
 * **pads and crops written in code at any depth above a conv**: ``F.pad`` in any mode (so
   pad modules and their subclasses), ``torch.cat`` of the input with zeros, computed from
   the input's size or not (a right pad completing the last stride window becomes
