@@ -552,49 +552,17 @@ def convert_causal(
             Change(name(m), found.before, _brief(found.new), ("padding",), detail=found.detail)
         )
 
-    # (a) conv subclasses that pad themselves
+    # (a) conv subclasses that pad themselves, transposed conv subclasses that crop their
+    # own output: the pads or crops solved from what the module returns
     for m in list(net.modules()):
-        if (
-            not isinstance(m, _TORCH_CONVS)
-            or layer_kind(m, plain=True) is not None
-            or id(m) in done
-        ):
-            continue
-        nd = _nd(m)
-        ti = time_index(nd)
-        calls = calls_of(m)
-        if ti < 0 or len(calls) < 2:
-            report.skipped.append(Skip(name(m), "not called once per probe on its time axis"))
-            continue
-        pads = _solve_self_padding(m, nd, ti, [(c.inp, c.out) for c in calls], tol)
-        if pads is None:
-            report.skipped.append(
-                Skip(name(m), "its forward is not the conv on a zero-padded input")
+        transposed = isinstance(m, _TORCH_CONVTS)
+        if id(m) in done or not (
+            (isinstance(m, _TORCH_CONVS) and layer_kind(m, plain=True) is None)
+            or (
+                transposed
+                and not hasattr(m, "pad_spec")
+                and type(m).forward not in _BASE_T_FORWARD.values()
             )
-            continue
-        pairs = _native_pairs(m, nd)
-        pairs[ti] = (pairs[ti][0] + pads[0], pairs[ti][1] + pads[1])
-        before = f"{type(m).__name__} (pads {pads} in its forward)"
-        new = _build(m, nd, pairs, _CONVERTED[nd])
-        put(m, new)
-        done.add(id(m))
-        report.changes.append(
-            Change(
-                name(m),
-                before,
-                _brief(new),
-                ("padding",),
-                detail="the pads its forward applied, solved from its outputs",
-            )
-        )
-
-    # (a') transposed conv subclasses that crop their own output
-    for m in list(net.modules()):
-        if (
-            not isinstance(m, _TORCH_CONVTS)
-            or hasattr(m, "pad_spec")
-            or type(m).forward in _BASE_T_FORWARD.values()
-            or id(m) in done
         ):
             continue
         nd = _conv_dims(m)
@@ -603,30 +571,41 @@ def convert_causal(
         if ti < 0 or len(calls) < 2:
             report.skipped.append(Skip(name(m), "not called once per probe on its time axis"))
             continue
-        crops = None
-        if not any(m.output_padding):
-            crops = _solve_self_crop(m, nd, ti, [(c.inp, c.out) for c in calls], tol)
-        try:
-            native = padding_pairs(m, nd)
-        except PaddingError:
-            crops = None
-        if crops is None:
-            report.skipped.append(
-                Skip(name(m), "its forward is not the transposed conv and a crop of its output")
+        pairs = _native_pairs(m, nd)
+        io = [(c.inp, c.out) for c in calls]
+        if not transposed:
+            solved = _solve_self_padding(m, nd, ti, io, tol)
+            what = "pads"
+        else:
+            solved = (
+                None
+                if any(getattr(m, "output_padding", ()))
+                else _solve_self_crop(m, nd, ti, io, tol)
             )
+            what = "crops"
+        if solved is None:
+            why = (
+                "the conv on a zero-padded input"
+                if not transposed
+                else "the transposed conv and a crop of its output"
+            )
+            report.skipped.append(Skip(name(m), f"its forward is not {why}"))
             continue
-        pairs = list(native)
-        pairs[ti] = (native[ti][0] + crops[0], native[ti][1] + crops[1])
-        new_t = _build_transposed(m, nd, pairs)
-        put(m, new_t)
+        pairs[ti] = (pairs[ti][0] + solved[0], pairs[ti][1] + solved[1])
+        new = (
+            _build(m, nd, pairs, _CONVERTED[nd])
+            if not transposed
+            else _build_transposed(m, nd, pairs)
+        )
+        put(m, new)
         done.add(id(m))
         report.changes.append(
             Change(
                 name(m),
-                f"{type(m).__name__} (crops {crops} in its forward)",
-                f"{type(new_t).__name__} pads={tuple(pairs)}",
+                f"{type(m).__name__} ({what} {solved} in its forward)",
+                _brief(new) if not transposed else f"{type(new).__name__} pads={tuple(pairs)}",
                 ("padding",),
-                detail="the crops its forward applied, solved from its outputs",
+                detail=f"the {what} its forward applied, solved from its outputs",
             )
         )
 
