@@ -253,7 +253,9 @@ def _plan_layer(name: str, layer: nn.Module, axis: int, lookahead: bool = False)
     if layer_kind(layer, plain=True) is None:
         raise PaddingError(
             f"StreamingModule: {what} overrides forward(); streaming runs the layer's "
-            "conv/pool itself and would skip that code"
+            "conv/pool itself and would skip that code. A conv that pads its input, or a "
+            "transposed conv that crops its output, there is rewritten into a padkit layer "
+            "by padkit.streaming.convert_causal(model, example), whose copy streams"
         )
     is_padkit = isinstance(layer, _PADKIT_LAYERS)
     if isinstance(layer, _CONVTS):
