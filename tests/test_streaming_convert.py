@@ -362,6 +362,10 @@ def test_strided_and_transposed_conv_subclasses_that_pad_or_crop_themselves() ->
     odd = nn.Sequential(nn.Conv1d(1, 4, 1), EvenCrop(4, 2, 4, stride=2)).double().eval()
     _, report = convert_causal(odd, torch.randn(1, 1, 21, dtype=torch.float64))
     assert "its forward is not the transposed conv and a crop of its output" in str(report)
+    # parallel_wavegan's causal upsampler: a replicate pad of a transposed conv's input
+    padded_in = nn.Sequential(nn.ReplicationPad1d((1, 0)), nn.ConvTranspose1d(4, 4, 4, 2))
+    _, report = convert_causal(padded_in.double().eval(), torch.randn(1, 4, 9).double())
+    assert "it pads the input of the transposed conv ConvTranspose1d '1'" in str(report)
 
 
 def test_pad_into_a_2d_conv_and_a_pad_used_twice_is_caught() -> None:

@@ -841,6 +841,14 @@ def _move_code_pads(
                 mode = "zeros" if pad.mode == "constant" else pad.mode
                 sizes = tuple(rec.tensor(pad.source).shape[2:])
                 for c in feeds:
+                    if c.op is not None and c.op.kind == "conv_transpose":
+                        # a transposed conv's own pads crop its output: none reads its
+                        # input padded
+                        bad[key] = (
+                            f"it pads the input of the transposed conv {c.cls} "
+                            f"{c.path or '<model>'!r}, whose pads crop its output instead"
+                        )
+                        break
                     if plain(c.path) is None or c.op is None or c.op.kind != "conv":
                         bad[key] = f"it feeds {c.cls} {c.path or '<model>'!r}, not a plain conv"
                         break
