@@ -498,7 +498,11 @@ REFUSED: list[tuple[str, Callable[[], nn.Module], str]] = [
     ("lstm", lambda: nn.Sequential(nn.LSTM(1, 1, bidirectional=True)), "LSTM '0'.*bidirectional"),
     ("lstm-cell", lambda: nn.Sequential(nn.LSTMCell(1, 1)), "LSTMCell '0'"),
     ("flatten", lambda: nn.Sequential(nn.Flatten()), "Flatten '0'"),
-    ("pad module", lambda: nn.Sequential(nn.ConstantPad1d((2, 0), 0.0)), "ConstantPad1d"),
+    (
+        "pad module",
+        lambda: nn.Sequential(nn.ConstantPad1d((2, 0), 0.0)),
+        r"ConstantPad1d.*convert_causal\(model, example\) moves",
+    ),
     ("indices", lambda: pn.MaxPool1d(2, return_indices=True), "return_indices"),
     ("ceil", lambda: nn.MaxPool1d(2, ceil_mode=True), "ceil_mode"),
     ("same stride", lambda: pn.Conv1d(1, 1, 3, 2, padding="same"), "depends on the sequence"),

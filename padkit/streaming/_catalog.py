@@ -149,7 +149,8 @@ _REFUSED: tuple[tuple[tuple[type[nn.Module], ...], str], ...] = (
             nn.CircularPad3d,
         ),
         "a pad module pads every chunk; put the causal padding in the conv "
-        "(padding='causal') instead",
+        "(padding='causal') instead: padkit.streaming.convert_causal(model, example) moves "
+        "a pad that feeds convs into them, and says why where it cannot",
     ),
     ((nn.Flatten,), "it flattens the time axis into the features"),
     ((nn.MaxUnpool1d, nn.MaxUnpool2d, nn.MaxUnpool3d), "unpooling is not streamed"),
