@@ -799,3 +799,62 @@ def test_the_convs_time_axis_is_measured_where_the_model_moves_it() -> None:
     with pytest.raises(PaddingError):
         first_step(given, xd)
     assert given._plans["0.conv.0"].ti == 1
+
+
+class CausalUpsampler(nn.Module):
+    """parallel_wavegan's ``CausalConvTranspose1d``: the input's first sample replicated
+    once, a transposed conv, ``stride`` outputs cropped at each end."""
+
+    def __init__(self, cin: int, cout: int, k: int, s: int) -> None:
+        super().__init__()
+        self.pad = nn.ReplicationPad1d((1, 0))
+        self.deconv = nn.ConvTranspose1d(cin, cout, k, s)
+        self.stride = s
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.deconv(self.pad(x))[:, :, self.stride : -self.stride]
+
+
+def test_pad_modules_pad_the_stream_start_only() -> None:
+    """A replicated first sample before a transposed conv (no conv pad expresses it) and a
+    constant 0.5 pad before a conv (a conv pads with zeros) stay pad modules after
+    convert_causal, and stream by padding the stream's first samples once; a pad of the
+    frequency axis only pads every chunk. Rows start together: reset_rows of part of the
+    batch, and lookahead, are refused."""
+    torch.manual_seed(71)
+    model = (
+        nn.Sequential(
+            nn.Conv1d(2, 4, 1),
+            CausalUpsampler(4, 4, 8, 4),
+            nn.ELU(),
+            nn.ConstantPad1d((3, 0), 0.5),
+            nn.Conv1d(4, 2, 4),
+        )
+        .double()
+        .eval()
+    )
+    x = torch.randn(2, 2, 13, dtype=torch.float64)
+    new, report = convert_causal(model, x)
+    assert "whose pads crop its output instead" in str(report)
+    assert "pads with the constant 0.5" in str(report)
+    stream = assert_streams(new, x)
+    with torch.no_grad():
+        full = new(x)
+    twin = pickle.loads(pickle.dumps(copy.deepcopy(stream)))
+    torch.testing.assert_close(streamed(twin, x, [5, 0, 8]), full, rtol=0, atol=ATOL)
+    state = stream.init_state(example=x[..., :1])
+    _, state = stream.step(x[..., :3], state)
+    with pytest.raises(PaddingError, match=r"reset_rows\(\).*at the stream's start only"):
+        stream.reset_rows(state, [0])
+    with pytest.raises(PaddingError, match=r"step_module\(\).*first step returns 1 more"):
+        stream.step_module(x[..., :4])
+    with pytest.raises(
+        PaddingError,
+        match=r"ReplicationPad1d '1.pad' with lookahead: it pads the stream's start by 1",
+    ):
+        StreamingModule(new, lookahead="auto")
+    # (N, 1, F, T): a pad of the frequencies only, then a conv causal over time
+    spectro = nn.Sequential(
+        nn.ZeroPad2d((0, 0, 1, 1)), pn.Conv2d(1, 3, (3, 2), padding=(0, "causal"))
+    )
+    assert_streams(spectro, torch.randn(2, 1, 6, 17))

@@ -499,9 +499,14 @@ REFUSED: list[tuple[str, Callable[[], nn.Module], str]] = [
     ("lstm-cell", lambda: nn.Sequential(nn.LSTMCell(1, 1)), "LSTMCell '0'"),
     ("flatten", lambda: nn.Sequential(nn.Flatten()), "Flatten '0'"),
     (
-        "pad module",
-        lambda: nn.Sequential(nn.ConstantPad1d((2, 0), 0.0)),
-        r"ConstantPad1d.*convert_causal\(model, example\) moves",
+        "right pad module",
+        lambda: nn.Sequential(nn.ConstantPad1d((0, 2), 0.0)),
+        r"ConstantPad1d '0'.*a right pad.*convert_causal\(model, example\) moves",
+    ),
+    (
+        "reflect pad module",
+        lambda: nn.Sequential(nn.ReflectionPad1d((2, 0))),
+        r"ReflectionPad1d.*convert_causal\(model, example\) moves",
     ),
     ("indices", lambda: pn.MaxPool1d(2, return_indices=True), "return_indices"),
     ("ceil", lambda: nn.MaxPool1d(2, ceil_mode=True), "ceil_mode"),

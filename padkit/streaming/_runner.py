@@ -38,7 +38,9 @@ It refuses, naming the module: a conv or pool with right padding on the time axi
 ``"same"`` conv; stream it with ``lookahead=``), ``circular`` time padding,
 ``BatchNorm`` in train mode, ``GroupNorm``/``InstanceNorm`` without running statistics,
 adaptive (global) pooling, upsampling, bidirectional recurrent layers and attention layers,
-pad modules (``convert_causal`` rewrites them), ``Flatten``; and, before the first step,
+pad modules that pad time on the right or by reflection (``convert_causal`` rewrites
+them; a left pad, constant or of the first sample replicated, pads the stream's start:
+``_startpad.py``), ``Flatten``; and, before the first step,
 modules measured to mix time steps (a norm or attention over the sequence written by hand,
 even when declared in ``allow=``) and modules whose streamed outputs differ from the full
 run's (the self-check, in causal and lookahead mode). What the model's own code raises comes
@@ -102,6 +104,7 @@ from ._recurrent import (
     plan_recurrent,
     run_recurrent,
 )
+from ._startpad import StartPadPlan, start_pad_plan, start_pad_step
 from ._state import (
     _HELD_COUNT_KEY,
     _HELD_KEY,
@@ -148,6 +151,18 @@ def _changed_axis(a: tuple[int, ...], b: tuple[int, ...]) -> int | None:
         return None
     diff = [i for i in range(len(a)) if a[i] != b[i]]
     return diff[0] if len(diff) == 1 else None
+
+
+def _start_pad_call(self: Any, x: Any = None, *args: Any, **kwargs: Any) -> Any:
+    """The stand-in ``__call__`` (and ``forward``) of a pad module streamed at the stream's
+    start (``_startpad.py``)."""
+    runner, plan, layer = self._padkit_stream
+    ctx = runner._ctx
+    if ctx is None:  # pragma: no cover - stand-ins exist only inside a step
+        raise RuntimeError("padkit streaming stand-in called outside a step")
+    if kwargs:
+        args = (*args, *kwargs.values())
+    return start_pad_step(plan, layer, x, args, ctx)
 
 
 def _measured_call(self: Any, x: Any = None, *args: Any, **kwargs: Any) -> Any:
@@ -350,6 +365,8 @@ class StreamingModule(nn.Module):
         # modules measured to read every earlier time step, streamed with their cumulative
         # ops carried (``_cumulative.py``)
         self._cumulative: dict[str, CumulativePlan] = {}
+        # pad modules streamed with their left time pad at the stream's start only
+        self._start_pads: dict[str, StartPadPlan] = {}
         self._stand_ins: dict[int, nn.Module] = {}  # by id(layer), while scanning only
         # (parent, attribute, layer, stand-in) for every place a streamed layer is registered
         self._slots: list[tuple[nn.Module, str, nn.Module, nn.Module]] = []
@@ -412,6 +429,7 @@ class StreamingModule(nn.Module):
         state.setdefault("_held_outs", {})
         state.setdefault("_windows", {})
         state.setdefault("_cumulative", {})
+        state.setdefault("_start_pads", {})
         state.setdefault("_layer_axis_given", True)
         state["_hold_memo"] = None
         state.pop("_hold_hop", None)  # an int, once kept under the method's name
@@ -425,7 +443,13 @@ class StreamingModule(nn.Module):
                 state["_clocks"] = make_clocks(plans, dict.fromkeys(plans, one), one, delay)
         super().__setstate__(state)  # type: ignore[no-untyped-call]
         self._lock = threading.RLock()
-        streamed = [*self._plans, *self._rnn_plans, *self._windows, *self._cumulative]
+        streamed = [
+            *self._plans,
+            *self._rnn_plans,
+            *self._windows,
+            *self._cumulative,
+            *self._start_pads,
+        ]
         names = {id(self._layer_by_name(n)): n for n in streamed}
         slots = []
         for parent, key, layer, _ in self._slots:
@@ -442,6 +466,8 @@ class StreamingModule(nn.Module):
             return make_stand_in(self, self._windows[label], layer, _measured_call)
         if label in self._cumulative:
             return make_stand_in(self, self._cumulative[label], layer, _measured_call)
+        if label in self._start_pads:
+            return make_stand_in(self, self._start_pads[label], layer, _start_pad_call)
         return make_stand_in(self, self._plans[label], layer, _layer_call)
 
     def _add_cumulative(self, label: str, in_axis: int, out_axis: int, probe: Tensor) -> None:
@@ -463,9 +489,10 @@ class StreamingModule(nn.Module):
     def _refuse_windows(self, where: str, why: str) -> None:
         """Raise for ``where`` when a module streams on a window of its input or with its
         running sums carried (``why``: what its state does that ``where`` cannot take)."""
-        plans: list[WindowPlan | CumulativePlan] = [
+        plans: list[WindowPlan | CumulativePlan | StartPadPlan] = [
             *self._windows.values(),
             *self._cumulative.values(),
+            *(p for p in self._start_pads.values() if p.lo),
         ]
         if plans:
             plan = plans[0]
@@ -475,6 +502,19 @@ class StreamingModule(nn.Module):
                 f"state ({plan.state_keys}) {why}; start new streams in a state of their own "
                 "(init_state())"
             )
+
+    def _refuse_start_pads(self, where: str) -> None:
+        """Raise for ``where`` (an exported step) when a pad module pads the stream's start:
+        the first step returns more time steps than a later one for the same chunk."""
+        for plan in self._start_pads.values():
+            if plan.lo:
+                layer = self._layer_by_name(plan.name)
+                raise PaddingError(
+                    f"{where}: {type(layer).__name__} {plan.name!r} streams {plan.how}: the "
+                    f"first step returns {plan.lo} more of its time steps than a later step "
+                    "for the same chunk, which a step of fixed shapes cannot; stream it with "
+                    "step()"
+                )
 
     def _add_window(
         self,
@@ -553,6 +593,27 @@ class StreamingModule(nn.Module):
             if not name:
                 object.__setattr__(self, "_root_stand_in", rstand)
             return
+        start = start_pad_plan(label, module, self.layer_axis)
+        if isinstance(start, StartPadPlan):
+            if self._lookahead_mode and start.lo:
+                raise PaddingError(
+                    f"StreamingModule cannot stream {type(module).__name__} {label!r} with "
+                    f"lookahead: it pads the stream's start by {start.lo} time step(s), which "
+                    "a lookahead stream does not take; stream it causally (without "
+                    "lookahead=)"
+                )
+            self._start_pads[label] = start
+            stand = self._stand_in_of(label, module)
+            self._stand_ins[id(module)] = stand
+            if not name:
+                object.__setattr__(self, "_root_stand_in", stand)
+            return
+        if isinstance(start, str):
+            raise PaddingError(
+                f"StreamingModule cannot stream {type(module).__name__} {label!r}: {start}; "
+                "padkit.streaming.convert_causal(model, example) moves a pad that feeds convs "
+                "into them, and says why where it cannot"
+            )
         for types, why in _REFUSED:
             if isinstance(module, types):
                 raise PaddingError(

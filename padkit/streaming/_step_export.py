@@ -30,6 +30,7 @@ def step_module(
             "grows during the first steps); export a causal model"
         )
     stream._self_check(example)
+    stream._refuse_start_pads("step_module()")
     stream._refuse_windows(
         "step_module()", "grows over the first steps: the exported step has fixed state shapes"
     )
@@ -91,6 +92,7 @@ def export_onnx(
         )
     stream._check_chunk(example, "export_onnx(): example")
     stream._self_check(example)
+    stream._refuse_start_pads("export_onnx()")
     stream._refuse_windows(
         "export_onnx()", "grows over the first steps: the exported step has fixed state shapes"
     )
