@@ -780,6 +780,20 @@ class Conv2dSubsampling(nn.Module):
         return self.out(h.transpose(1, 2).reshape(n, t, c * f))
 
 
+class Unsqueezed(nn.Module):
+    """``inner`` on ``(N, T, F)`` features as ``(N, 1, T, F)``, its output back to
+    ``(N, T, C * F)``."""
+
+    def __init__(self, inner: nn.Module) -> None:
+        super().__init__()
+        self.inner = inner
+
+    def forward(self, x: Tensor) -> Tensor:
+        h = self.inner(x.unsqueeze(1))
+        n, c, t, f = h.shape
+        return h.transpose(1, 2).reshape(n, t, c * f)
+
+
 def test_the_convs_time_axis_is_measured_where_the_model_moves_it() -> None:
     """(N, T, F) features unsqueezed to (N, 1, T, F) for 2-d convs: their time axis is axis
     2 of their input, not the last (the frequencies), found in two full runs with no
@@ -795,6 +809,17 @@ def test_the_convs_time_axis_is_measured_where_the_model_moves_it() -> None:
     with torch.no_grad():
         full = model(xd)
     torch.testing.assert_close(streamed(twin, xd, [5] * 9), full, rtol=0, atol=ATOL)
+    # a pad module over (time, frequency): its time axis measured too, padded at the start
+    padded = nn.Sequential(nn.ConstantPad2d((1, 1, 2, 0), 0.0), nn.Conv2d(1, 4, 3))
+    stream = assert_streams(Unsqueezed(padded), x, axis=1)
+    assert stream._start_pads["inner.0"].lo == 2
+    # 'same' over the frequencies (a right pad on the axis taken by default) streams once
+    # time is measured; a right pad on the measured time axis is refused at the first step
+    same_f = Unsqueezed(pn.Conv2d(1, 2, 3, padding=(("causal"), 1)))
+    assert_streams(same_f, x, axis=1)
+    same_t = StreamingModule(Unsqueezed(nn.Conv2d(1, 2, 3, padding=(1, 0))), axis=1)
+    with pytest.raises(PaddingError, match=r"'inner' pads the time axis \(axis 2\) with \(1, 1\)"):
+        first_step(same_t, x.float())
     given = StreamingModule(model, axis=1, layer_axis=-1)
     with pytest.raises(PaddingError):
         first_step(given, xd)

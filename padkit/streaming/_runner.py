@@ -89,6 +89,7 @@ from ._ops import (
 from ._plan import (
     _CONVS,
     _CONVTS,
+    _ND,
     _POOLS,
     LEAN_OVERLAP,
     LEAN_SIMPLE,
@@ -255,7 +256,8 @@ class StreamingModule(nn.Module):
             zeros: ``(N, T, F)`` features unsqueezed for 2-d convs have it at axis 2);
             where a layer's is not measured (it runs more than once a run, or no single axis
             follows), ``axis``, or ``-1`` when ``axis=1`` (the model transposes
-            ``(N, T, D)`` to ``(N, D, T)`` for its convs).
+            ``(N, T, D)`` to ``(N, D, T)`` for its convs); a refusal on that default axis
+            of a layer of several spatial axes waits for the measurement.
         lookahead: ``None`` (causal: every time pad on the left), ``"auto"`` or a number of
             input samples: stream a model whose layers also pad on the right (strided convs
             and transposed convs included), its outputs delayed by :attr:`delay` input
@@ -503,6 +505,45 @@ class StreamingModule(nn.Module):
                 "(init_state())"
             )
 
+    def _provisional(self, label: str, nd: int, plan_on: Any) -> Any:
+        """``plan_on(layer_axis)``. Where ``layer_axis`` was not given and the layer has
+        several spatial axes, a refusal on the default axis waits for the measurement of the
+        layer's time axis (:meth:`_measure_layer_axes`): the layer is planned on the first
+        axis that takes it until then, and the refusal stands unless the measurement finds
+        another time axis."""
+        try:
+            return plan_on(self.layer_axis)
+        except PaddingError as err:
+            if self._layer_axis_given or nd < 2:
+                raise
+            for a in range(2, 2 + nd):
+                try:
+                    plan = plan_on(a)
+                except PaddingError:
+                    continue
+                self.__dict__.setdefault("_refusals", {})[label] = (a, err)
+                return plan
+            raise
+
+    def _start_pad(self, label: str, module: nn.Module, axis: int) -> StartPadPlan | None:
+        """The plan of a pad module streamed at the stream's start (time on ``axis`` of its
+        input); raises where it pads time in a way a stream cannot; None: no pad module."""
+        start = start_pad_plan(label, module, axis)
+        what = f"{type(module).__name__} {label!r}"
+        if isinstance(start, str):
+            raise PaddingError(
+                f"StreamingModule cannot stream {what}: {start}; "
+                "padkit.streaming.convert_causal(model, example) moves a pad that feeds convs "
+                "into them, and says why where it cannot"
+            )
+        if start is not None and self._lookahead_mode and start.lo:
+            raise PaddingError(
+                f"StreamingModule cannot stream {what} with lookahead: it pads the stream's "
+                f"start by {start.lo} time step(s), which a lookahead stream does not take; "
+                "stream it causally (without lookahead=)"
+            )
+        return start
+
     def _refuse_start_pads(self, where: str) -> None:
         """Raise for ``where`` (an exported step) when a pad module pads the stream's start:
         the first step returns more time steps than a later one for the same chunk."""
@@ -593,27 +634,19 @@ class StreamingModule(nn.Module):
             if not name:
                 object.__setattr__(self, "_root_stand_in", rstand)
             return
-        start = start_pad_plan(label, module, self.layer_axis)
-        if isinstance(start, StartPadPlan):
-            if self._lookahead_mode and start.lo:
-                raise PaddingError(
-                    f"StreamingModule cannot stream {type(module).__name__} {label!r} with "
-                    f"lookahead: it pads the stream's start by {start.lo} time step(s), which "
-                    "a lookahead stream does not take; stream it causally (without "
-                    "lookahead=)"
-                )
+        nd_pad = (
+            len(getattr(module, "padding", ())) // 2
+            if start_pad_plan(label, module, -1) is not None
+            else 0
+        )
+        start = self._provisional(label, nd_pad, lambda a: self._start_pad(label, module, a))
+        if start is not None:
             self._start_pads[label] = start
             stand = self._stand_in_of(label, module)
             self._stand_ins[id(module)] = stand
             if not name:
                 object.__setattr__(self, "_root_stand_in", stand)
             return
-        if isinstance(start, str):
-            raise PaddingError(
-                f"StreamingModule cannot stream {type(module).__name__} {label!r}: {start}; "
-                "padkit.streaming.convert_causal(model, example) moves a pad that feeds convs "
-                "into them, and says why where it cannot"
-            )
         for types, why in _REFUSED:
             if isinstance(module, types):
                 raise PaddingError(
@@ -625,7 +658,11 @@ class StreamingModule(nn.Module):
                 f"StreamingModule cannot stream {type(module).__name__} {label!r}: {refused}"
             )
         if isinstance(module, _CONVS + _CONVTS + _POOLS):
-            plan = _plan_layer(label, module, self.layer_axis, self._lookahead_mode)
+            plan = self._provisional(
+                label,
+                next((v for t, v in _ND.items() if isinstance(module, t)), 1),
+                lambda a: _plan_layer(label, module, a, self._lookahead_mode),
+            )
             self._plans[label] = plan
             stand_in = self._stand_in_of(label, module)
             self._stand_ins[id(module)] = stand_in
@@ -810,8 +847,6 @@ class StreamingModule(nn.Module):
         if self._layer_axis_given or "_layer_axes" in self.__dict__:
             return
         self.__dict__["_layer_axes"] = {}
-        if not self._plans:
-            return
         shapes: dict[str, list[tuple[int, ...]]] = {}
 
         def recorder(label: str) -> Any:
@@ -824,25 +859,40 @@ class StreamingModule(nn.Module):
 
         # a 1-d layer's one spatial axis is its time axis: only layers of more are measured
         several = [n for n, p in self._plans.items() if n != "<model>" and len(p.k) > 1]
+        several += [n for n, p in self._start_pads.items() if n != "<model>" and len(p.pads) > 2]
         if not several:
             return
         hooks = [(self._layer_by_name(n), recorder(n)) for n in several]
         hop, minimum = self._hop_and_minimum()
         with self._lock:
             runs, _ = self._zero_runs(chunk, hop, minimum, hooks)
+        refusals: dict[str, tuple[int, PaddingError]] = self.__dict__.pop("_refusals", {})
         if len(runs) != 2:
-            return
+            shapes.clear()  # (the model ran at fewer than two lengths: nothing measured)
         moved = {}
         for label, seen in shapes.items():
             if len(seen) != 2:
                 continue
             a = _changed_axis(*seen)
-            if a is not None and a >= 2 and a - 2 != self._plans[label].ti:
+            pad = self._start_pads.get(label)
+            now = len(seen[0]) - 1 - pad.pair if pad is not None else 2 + self._plans[label].ti
+            if a is not None and a >= 2 and a != now:
                 moved[label] = a
+            if a is not None and label in refusals and a == refusals[label][0]:
+                del refusals[label]  # planned on its measured time axis
+        for label, (_, err) in refusals.items():
+            if label not in moved:  # refused on the default axis, not found elsewhere
+                raise err
         self.__dict__["_layer_axes"] = moved
         for label, a in moved.items():
             layer = self._layer_by_name(label)
-            self._plans[label] = _plan_layer(label, layer, a, self._lookahead_mode)
+            if label in self._start_pads:
+                start = self._start_pad(label, layer, a)
+                if start is None:  # (a pad module planned before: not reached)
+                    continue
+                self._start_pads[label] = start
+            else:
+                self._plans[label] = _plan_layer(label, layer, a, self._lookahead_mode)
             stand_in = self._stand_in_of(label, layer)
             self._slots = [
                 (parent, key, lay, stand_in if lay is layer else s)
