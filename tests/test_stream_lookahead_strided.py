@@ -355,14 +355,7 @@ def test_nearest_upsampling_streams_with_lookahead(dtype: torch.dtype) -> None:
     are measured (not taken as the input's, as for stride-1 layers). Every chunking of the
     latent frames, batch 2; the output delay adds up each conv's right pad on its clock."""
     torch.manual_seed(7)
-    net = NearestDecoder().to(dtype).eval()
-    sm = StreamingModule(net, lookahead="auto")
-    z = torch.randn(2, 4, 20, dtype=dtype)
-    with torch.no_grad():
-        full = net(z)
-        for name, sizes in plans(20, 1, seed=4).items():
-            outs, tail = stream(sm, z, sizes)
-            torch.testing.assert_close(torch.cat([*outs, tail], -1), full, **tol(dtype), msg=name)
+    sm = assert_streams(NearestDecoder(), torch.randn(2, 4, 20), 1, dtype)
     # in output samples (12 per frame): pre 1 frame (12), k4 'same' at x2 2 (6 each),
     # k6 'same' at x6 3 (2 each), post 2 at x12
     assert sm.output_delay == 12 + 2 * 6 + 3 * 2 + 2
@@ -409,14 +402,7 @@ def test_recurrent_layers_stream_with_lookahead(lstm: bool, dtype: torch.dtype) 
     it runs on over the uncommitted rest from there, and that state is dropped (the next
     step runs those samples again). Every chunking, batch 2, against the full run."""
     torch.manual_seed(8)
-    net = Recurrent(lstm).to(dtype).eval()
-    sm = StreamingModule(net, lookahead="auto")
-    x = torch.randn(2, 2, 64, dtype=dtype)
-    with torch.no_grad():
-        full = net(x)
-        for name, sizes in plans(64, 2, seed=5).items():
-            outs, tail = stream(sm, x, sizes)
-            torch.testing.assert_close(torch.cat([*outs, tail], -1), full, **tol(dtype), msg=name)
+    sm = assert_streams(Recurrent(lstm), torch.randn(2, 2, 64), 2, dtype)
     # pre 2, down 4 - 1 - 1 = 2, post 1 frame of 2
     assert sm.delay == 2 + 2 + 2
 
@@ -445,13 +431,6 @@ def test_edge_padding_modes_stream_with_lookahead(mode: str, dtype: torch.dtype)
     than the layer's right reach (reflect, 4 against 1) delays the first outputs until the
     samples it mirrors are final. Every chunking, batch 2."""
     torch.manual_seed(9)
-    net = edge_padded(mode).to(dtype).eval()
-    sm = StreamingModule(net, lookahead="auto")
-    x = torch.randn(2, 2, 48, dtype=dtype)
-    with torch.no_grad():
-        full = net(x)
-        for name, sizes in plans(48, 2, seed=6).items():
-            outs, tail = stream(sm, x, sizes)
-            torch.testing.assert_close(torch.cat([*outs, tail], -1), full, **tol(dtype), msg=name)
+    sm = assert_streams(edge_padded(mode), torch.randn(2, 2, 48), 2, dtype)
     # k7 reads 3 ahead; k6 (4, 1): 1 ahead, or its 4 mirrored samples; k4 s2 (1, 2): 2
     assert sm.delay == 3 + (4 if mode == "reflect" else 1) + 2
