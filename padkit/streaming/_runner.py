@@ -105,7 +105,7 @@ from ._recurrent import (
     plan_recurrent,
     run_recurrent,
 )
-from ._startpad import StartPadPlan, start_pad_plan, start_pad_step
+from ._startpad import StartPadPlan, pad_axes, start_pad_plan, start_pad_step
 from ._state import (
     _HELD_COUNT_KEY,
     _HELD_KEY,
@@ -505,6 +505,14 @@ class StreamingModule(nn.Module):
                 "(init_state())"
             )
 
+    def _stand_in_scanned(self, label: str, module: nn.Module) -> None:
+        """The stand-in of a module the scan planned, for its parents' slots (the root's
+        kept apart)."""
+        stand = self._stand_in_of(label, module)
+        self._stand_ins[id(module)] = stand
+        if label == "<model>":
+            object.__setattr__(self, "_root_stand_in", stand)
+
     def _provisional(self, label: str, nd: int, plan_on: Any) -> Any:
         """``plan_on(layer_axis)``. Where ``layer_axis`` was not given and the layer has
         several spatial axes, a refusal on the default axis waits for the measurement of the
@@ -627,25 +635,15 @@ class StreamingModule(nn.Module):
             self._measure[label] = "allowed"  # declared; measured before the first step
             return
         if isinstance(module, RECURRENT) and not isinstance(module, nn.RNNCellBase):
-            rplan = plan_recurrent(label, module)
-            self._rnn_plans[label] = rplan
-            rstand = self._stand_in_of(label, module)
-            self._stand_ins[id(module)] = rstand
-            if not name:
-                object.__setattr__(self, "_root_stand_in", rstand)
+            self._rnn_plans[label] = plan_recurrent(label, module)
+            self._stand_in_scanned(label, module)
             return
-        nd_pad = (
-            len(getattr(module, "padding", ())) // 2
-            if start_pad_plan(label, module, -1) is not None
-            else 0
+        start = self._provisional(
+            label, pad_axes(module), lambda a: self._start_pad(label, module, a)
         )
-        start = self._provisional(label, nd_pad, lambda a: self._start_pad(label, module, a))
         if start is not None:
             self._start_pads[label] = start
-            stand = self._stand_in_of(label, module)
-            self._stand_ins[id(module)] = stand
-            if not name:
-                object.__setattr__(self, "_root_stand_in", stand)
+            self._stand_in_scanned(label, module)
             return
         for types, why in _REFUSED:
             if isinstance(module, types):
@@ -664,10 +662,7 @@ class StreamingModule(nn.Module):
                 lambda a: _plan_layer(label, module, a, self._lookahead_mode),
             )
             self._plans[label] = plan
-            stand_in = self._stand_in_of(label, module)
-            self._stand_ins[id(module)] = stand_in
-            if not name:
-                object.__setattr__(self, "_root_stand_in", stand_in)
+            self._stand_in_scanned(label, module)
             return
         if isinstance(module, _BATCH_NORMS):
             self._batch_norms.append((label, module))

@@ -29,7 +29,7 @@ from torch import Tensor, nn
 from ..spec import PaddingError
 from ._state import _Context, claim_call
 
-__all__ = ["StartPadPlan", "start_pad_plan", "start_pad_step"]
+__all__ = ["StartPadPlan", "pad_axes", "start_pad_plan", "start_pad_step"]
 
 _CONSTANT = (nn.ConstantPad1d, nn.ConstantPad2d, nn.ConstantPad3d)  # ZeroPad* subclass these
 _REPLICATE = (nn.ReplicationPad1d, nn.ReplicationPad2d, nn.ReplicationPad3d)
@@ -73,6 +73,13 @@ class StartPadPlan:
         rest = list(self.pads)
         rest[2 * self.pair] = rest[2 * self.pair + 1] = 0
         return rest
+
+
+def pad_axes(module: nn.Module) -> int:
+    """The spatial axes a pad module of torch's that may stream pads (0: none such)."""
+    if not isinstance(module, (*_CONSTANT, *_REPLICATE)):
+        return 0
+    return len(module.padding) // 2
 
 
 def start_pad_plan(name: str, module: nn.Module, layer_axis: int) -> StartPadPlan | str | None:
