@@ -161,9 +161,7 @@ def _start_pad_call(self: Any, x: Any = None, *args: Any, **kwargs: Any) -> Any:
     ctx = runner._ctx
     if ctx is None:  # pragma: no cover - stand-ins exist only inside a step
         raise RuntimeError("padkit streaming stand-in called outside a step")
-    if kwargs:
-        args = (*args, *kwargs.values())
-    return start_pad_step(plan, layer, x, args, ctx)
+    return start_pad_step(plan, layer, x, args, kwargs, ctx)
 
 
 def _measured_call(self: Any, x: Any = None, *args: Any, **kwargs: Any) -> Any:

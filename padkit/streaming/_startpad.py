@@ -107,11 +107,13 @@ def start_pad_plan(name: str, module: nn.Module, layer_axis: int) -> StartPadPla
     return StartPadPlan(name, pads, pair, mode, value)
 
 
-def start_pad_step(plan: StartPadPlan, layer: nn.Module, x: Any, args: Any, ctx: _Context) -> Any:
+def start_pad_step(
+    plan: StartPadPlan, layer: nn.Module, x: Any, args: Any, kwargs: Any, ctx: _Context
+) -> Any:
     """The pad module's call in a step: its pads at the stream's first samples, else the
     other axes' pads only."""
     what = f"{type(layer).__name__} {plan.name!r}"
-    claim_call(ctx, plan.name, what, plan.how, x, args, {})
+    claim_call(ctx, plan.name, what, plan.how, x, args, kwargs)
     if ctx.lookahead is not None:  # pragma: no cover - refused when the stream is made
         raise PaddingError(f"StreamingModule: {what} streams causally only")
     dim = x.dim() + plan.axis
