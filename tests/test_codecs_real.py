@@ -310,7 +310,7 @@ def test_dac_without_lookahead_is_refused_with_the_module_and_reason(part: str) 
         model, example = dac.Decoder(8, 8, [2, 2]), torch.zeros(1, 8, 8)
     new, _ = convert_causal(model.double().eval(), example.double())
     with pytest.raises(PaddingError, match=r"right pad .* needs samples from the future"):
-        StreamingModule(new)
+        StreamingModule(new).init_state(example=example[..., :1])
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=["f64", "f32"])

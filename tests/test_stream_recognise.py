@@ -877,7 +877,7 @@ def test_pad_modules_pad_the_stream_start_only() -> None:
         PaddingError,
         match=r"ReplicationPad1d '1.pad' with lookahead: it pads the stream's start by 1",
     ):
-        StreamingModule(new, lookahead="auto")
+        StreamingModule(new, lookahead="auto").init_state(example=x[..., :1])
     # (N, 1, F, T): a pad of the frequencies only, then a conv causal over time
     spectro = nn.Sequential(
         nn.ZeroPad2d((0, 0, 1, 1)), pn.Conv2d(1, 3, (3, 2), padding=(0, "causal"))

@@ -518,8 +518,39 @@ REFUSED: list[tuple[str, Callable[[], nn.Module], str]] = [
     "make, match", [(m, r) for _, m, r in REFUSED], ids=[i for i, _, _ in REFUSED]
 )
 def test_refuses_non_causal_modules_by_name(make: Callable[[], nn.Module], match: str) -> None:
+    # the model itself at construction; a module in it where the model calls it (the first
+    # run on an example: init_state(example=...), verify, the first step)
     with pytest.raises(PaddingError, match=match):
-        StreamingModule(make())
+        sm = StreamingModule(make())
+        sm.init_state(example=torch.zeros(1, 1, 8))
+
+
+@pytest.mark.parametrize(
+    "make, match", [(m, r) for _, m, r in REFUSED], ids=[i for i, _, _ in REFUSED]
+)
+def test_a_refused_module_the_model_never_calls_refuses_nothing(
+    make: Callable[[], nn.Module], match: str
+) -> None:
+    # a model that registers a module it does not call (a decoder built but not used, a
+    # layer of another mode): the stream takes what the model computes
+    class Holds(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.conv = pn.Conv1d(1, 2, 3, dilation=2, padding="causal")
+            self.unused = make()
+
+        def forward(self, x: Tensor) -> Tensor:
+            return torch.relu(self.conv(x))
+
+    model = Holds().eval()
+    x = torch.randn(2, 1, 23)
+    sm = StreamingModule(model)
+    assert sm.verify(x, [1, 7, 15]) <= 1e-6
+    assert "unused" not in sm.explain()
+    # called after all: refused there, with the module's name and reason
+    model.forward = lambda x: model.unused(model.conv(x))  # type: ignore[method-assign]
+    with pytest.raises(PaddingError, match=match.replace("'0'", "'unused.0'")):
+        StreamingModule(model).init_state(example=torch.zeros(1, 1, 8))
 
 
 def test_allow_declares_custom_per_step_modules() -> None:
@@ -544,7 +575,7 @@ def test_refuses_hooks_overridden_forward_and_reused_layers() -> None:
     conv = pn.Conv1d(1, 1, 3, padding="causal")
     conv.register_forward_hook(lambda m, i, o: None)
     with pytest.raises(PaddingError, match="forward hooks"):
-        StreamingModule(nn.Sequential(conv))
+        StreamingModule(nn.Sequential(conv)).init_state(example=torch.zeros(1, 1, 8))
 
     class MyConv(pn.Conv1d):
         def forward(self, input: Tensor) -> Tensor:
@@ -929,7 +960,7 @@ def test_conformer_block_same_padding_streams_with_its_delay(sizes: list[int]) -
             m.running_var.uniform_(0.5, 1.5)
     x = torch.randn(2, 40, 8)
     with pytest.raises(PaddingError, match="lookahead='auto'"):
-        StreamingModule(block, axis=1)
+        StreamingModule(block, axis=1).init_state(example=x[:, :1])
     sm = StreamingModule(block, axis=1, lookahead="auto")
     # k=7 'same' reads 3 ahead, k=4 TF 'same' 2 (pads (1, 2)), the max pool 1
     assert sm.delays == {"conv_a.dw": 3, "conv_b.dw": 2, "pool": 1}

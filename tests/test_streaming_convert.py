@@ -50,7 +50,7 @@ def test_pytorch_tcn_is_refused_as_is_and_streams_after_conversion() -> None:
     tcn = TCN(3, [8, 8, 16], kernel_size=3, dilations=[1, 2, 4], causal=True).eval()
     x = torch.randn(2, 3, 37)
     with pytest.raises(PaddingError, match=r"overrides forward.*convert_causal"):
-        StreamingModule(tcn)
+        StreamingModule(tcn).init_state(example=x[..., :1])
     new, report = convert_causal(tcn, x)
     assert len(report.changes) == 6 and "(4, 0)" in str(report)
     # weight norm kept as a parametrization, sharing nothing with the original
@@ -222,7 +222,7 @@ def test_wavenet_with_f_pad_modules_converts_and_streams(sizes: list[int]) -> No
     net = wavenet()
     x = torch.randn(2, 1, 40)
     with pytest.raises(PaddingError):
-        StreamingModule(net)
+        StreamingModule(net).init_state(example=x[..., :1])
     new, report = convert_causal(net, x)
     assert isinstance(new[0], ConvertedConv1d) and new[0].resolved_padding() == ((1, 0),)
     assert new[2].filter.resolved_padding() == ((8, 0),) == new[2].gate.resolved_padding()

@@ -171,6 +171,13 @@ def _measured_call(self: Any, x: Any = None, *args: Any, **kwargs: Any) -> Any:
     return runner._call_measured(plan, layer, x, args, kwargs)
 
 
+def _refused_call(self: Any, *args: Any, **kwargs: Any) -> Any:
+    """The stand-in ``__call__`` (and ``forward``) of a module the stream cannot take: a
+    module is refused where the model calls it, never because it is registered."""
+    why = self._padkit_stream[1]
+    raise PaddingError(why)
+
+
 def _recurrent_call(self: Any, *args: Any, **kwargs: Any) -> Any:
     """A recurrent stand-in's ``__call__`` (and ``forward``): every call form of
     ``nn.LSTM``/``nn.GRU``/``nn.RNN`` (``input``, ``hx``, positional or by keyword)."""
@@ -367,6 +374,9 @@ class StreamingModule(nn.Module):
         self._cumulative: dict[str, CumulativePlan] = {}
         # pad modules streamed with their left time pad at the stream's start only
         self._start_pads: dict[str, StartPadPlan] = {}
+        # modules the stream cannot take, by name: why (raised where the model calls one; a
+        # module it never calls is no reason to refuse the model)
+        self._refused: dict[str, str] = {}
         self._stand_ins: dict[int, nn.Module] = {}  # by id(layer), while scanning only
         # (parent, attribute, layer, stand-in) for every place a streamed layer is registered
         self._slots: list[tuple[nn.Module, str, nn.Module, nn.Module]] = []
@@ -430,6 +440,7 @@ class StreamingModule(nn.Module):
         state.setdefault("_windows", {})
         state.setdefault("_cumulative", {})
         state.setdefault("_start_pads", {})
+        state.setdefault("_refused", {})
         state.setdefault("_layer_axis_given", True)
         state["_hold_memo"] = None
         state.pop("_hold_hop", None)  # an int, once kept under the method's name
@@ -449,6 +460,7 @@ class StreamingModule(nn.Module):
             *self._windows,
             *self._cumulative,
             *self._start_pads,
+            *self._refused,
         ]
         names = {id(self._layer_by_name(n)): n for n in streamed}
         slots = []
@@ -460,6 +472,8 @@ class StreamingModule(nn.Module):
             object.__setattr__(self, "_root_stand_in", root)
 
     def _stand_in_of(self, label: str, layer: nn.Module) -> nn.Module:
+        if label in self._refused:
+            return make_stand_in(self, self._refused[label], layer, _refused_call)
         if label in self._rnn_plans:
             return make_stand_in(self, self._rnn_plans[label], layer, _recurrent_call)
         if label in self._windows:
@@ -629,49 +643,16 @@ class StreamingModule(nn.Module):
         if id(module) in seen:
             return
         seen.add(id(module))
-        if name in self._allow_names:
-            self._measure[label] = "allowed"  # declared; measured before the first step
-            return
-        if isinstance(module, RECURRENT) and not isinstance(module, nn.RNNCellBase):
-            self._rnn_plans[label] = plan_recurrent(label, module)
+        try:
+            planned = self._scan_one(label, module)
+        except PaddingError as err:
+            if label == "<model>":
+                raise  # the model itself: it is called by every step
+            # refused where the model calls it (a module it never calls changes nothing)
+            self._refused[label] = str(err)
             self._stand_in_scanned(label, module)
             return
-        start = self._provisional(
-            label, pad_axes(module), lambda a: self._start_pad(label, module, a)
-        )
-        if start is not None:
-            self._start_pads[label] = start
-            self._stand_in_scanned(label, module)
-            return
-        for types, why in _REFUSED:
-            if isinstance(module, types):
-                raise PaddingError(
-                    f"StreamingModule cannot stream {type(module).__name__} {label!r}: {why}"
-                )
-        refused = refused_norm(module)
-        if refused is not None:
-            raise PaddingError(
-                f"StreamingModule cannot stream {type(module).__name__} {label!r}: {refused}"
-            )
-        if isinstance(module, _CONVS + _CONVTS + _POOLS):
-            plan = self._provisional(
-                label,
-                next((v for t, v in _ND.items() if isinstance(module, t)), 1),
-                lambda a: _plan_layer(label, module, a, self._lookahead_mode),
-            )
-            self._plans[label] = plan
-            self._stand_in_scanned(label, module)
-            return
-        if isinstance(module, _BATCH_NORMS):
-            self._batch_norms.append((label, module))
-            return
-        if isinstance(module, _HOLDERS) or elementwise(module):
-            return  # parameter containers compute nothing; elementwise ops act per element
-        if isinstance(module, self._allow_types):
-            self._measure[label] = "allowed"
-            return
-        if isinstance(module, _MEASURED):
-            self._measure[label] = "listed"
+        if planned:
             return
         children = list(module.named_children())
         if not children and isinstance(module, (nn.ModuleList, nn.ModuleDict, nn.Sequential)):
@@ -686,6 +667,55 @@ class StreamingModule(nn.Module):
             self._scan(child, full, seen)
             if id(child) in self._stand_ins:
                 self._slots.append((module, child_name, child, self._stand_ins[id(child)]))
+
+    def _scan_one(self, label: str, module: nn.Module) -> bool:
+        """Plan ``module`` itself; True where that is all (its children are not scanned),
+        False where its children are scanned in its place. Raises where the stream cannot
+        take it."""
+        if (label if label != "<model>" else "") in self._allow_names:
+            self._measure[label] = "allowed"  # declared; measured before the first step
+            return True
+        if isinstance(module, RECURRENT) and not isinstance(module, nn.RNNCellBase):
+            self._rnn_plans[label] = plan_recurrent(label, module)
+            self._stand_in_scanned(label, module)
+            return True
+        start = self._provisional(
+            label, pad_axes(module), lambda a: self._start_pad(label, module, a)
+        )
+        if start is not None:
+            self._start_pads[label] = start
+            self._stand_in_scanned(label, module)
+            return True
+        for types, why in _REFUSED:
+            if isinstance(module, types):
+                raise PaddingError(
+                    f"StreamingModule cannot stream {type(module).__name__} {label!r}: {why}"
+                )
+        refused = refused_norm(module)
+        if refused is not None:
+            raise PaddingError(
+                f"StreamingModule cannot stream {type(module).__name__} {label!r}: {refused}"
+            )
+        if isinstance(module, _CONVS + _CONVTS + _POOLS):
+            self._plans[label] = self._provisional(
+                label,
+                next((v for t, v in _ND.items() if isinstance(module, t)), 1),
+                lambda a: _plan_layer(label, module, a, self._lookahead_mode),
+            )
+            self._stand_in_scanned(label, module)
+            return True
+        if isinstance(module, _BATCH_NORMS):
+            self._batch_norms.append((label, module))
+            return True
+        if isinstance(module, _HOLDERS) or elementwise(module):
+            return True  # parameter containers compute nothing; elementwise ops per element
+        if isinstance(module, self._allow_types):
+            self._measure[label] = "allowed"
+            return True
+        if isinstance(module, _MEASURED):
+            self._measure[label] = "listed"
+            return True
+        return False
 
     def _check_modes(self) -> None:
         for label, bn in self._batch_norms:
