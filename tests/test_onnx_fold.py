@@ -280,6 +280,34 @@ def test_optimize_inference_folds_and_freezes() -> None:
     np.testing.assert_allclose(_run(module, x), want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
 
 
+def test_optimize_inference_takes_tensors_of_other_ranks() -> None:
+    # a Conv3d (5-d weight) beside a 2-d one, and a 5-d constant (alexnet's export has one)
+    nodes = [
+        helper.make_node("Conv", ["x", "w3"], ["c3"], name="conv3d", pads=[1, 1, 1, 1, 1, 1]),
+        helper.make_node("Add", ["c3", "k5"], ["a"], name="add5"),
+        helper.make_node(
+            "Constant",
+            [],
+            ["flat"],
+            value=helper.make_tensor("flat", TensorProto.INT64, [4], [0, 16, 6, 35]),
+        ),
+        helper.make_node("Reshape", ["a", "flat"], ["r"]),
+        helper.make_node("Conv", ["r", "w2"], ["y"], name="conv2d", pads=[1, 1, 1, 1]),
+    ]
+    inits = [
+        _init("w3", RNG.standard_normal((4, 3, 3, 3, 3))),
+        _init("k5", RNG.standard_normal((1, 4, 1, 1, 1))),
+        _init("w2", RNG.standard_normal((5, 16, 3, 3))),
+    ]
+    model = _model(nodes, inits, [1, 3, 4, 6, 35])
+    x = RNG.standard_normal((1, 3, 4, 6, 35)).astype(np.float32)
+    module = load(model, optimize="inference")
+    assert module.get_submodule("conv2d").weight.is_contiguous(memory_format=torch.channels_last)
+    assert module.get_submodule("conv3d").weight.dim() == 5
+    want = _ort(model, x)
+    np.testing.assert_allclose(_run(module, x), want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
+
+
 @pytest.mark.parametrize(
     ("kwargs", "text"),
     [

@@ -346,9 +346,15 @@ def for_inference(gm: fx.GraphModule) -> fx.GraphModule:
     """``gm`` (folded with ``"all"``) made ready for inference in place: eval mode,
     parameters that need no gradient, and 4-d weights and constants channels-last (oneDNN
     then runs the convs in that layout; measured 10-15 % faster on resnet50 and
-    mobilenet_v3_small at batch 1, bench/onnx_import.py)."""
+    mobilenet_v3_small at batch 1, bench/onnx_import.py). Tensors of other ranks (a Conv3d's
+    weight, a 5-d constant of a reshape) keep their layout."""
     gm.eval()
     for p in gm.parameters():
         p.requires_grad_(False)
-    gm.to(memory_format=torch.channels_last)
+    # Module.to(memory_format=...) raises on a 5-d tensor: only the 4-d ones are converted
+    gm._apply(_channels_last_4d)
     return gm
+
+
+def _channels_last_4d(t: torch.Tensor) -> torch.Tensor:
+    return t.contiguous(memory_format=torch.channels_last) if t.dim() == 4 else t
