@@ -191,6 +191,71 @@ def test_pad_also_read_by_another_node_stays() -> None:
     assert not fold.done and "'relu'" in fold.detail
 
 
+@pytest.mark.parametrize("layout", ["nhwc", "axes"])
+def test_a_pad_before_a_transpose_moves_after_it_and_folds(layout: str) -> None:
+    # tf2onnx's MobileNetV3 exports: Pad in NHWC, Transpose(0, 3, 1, 2), depthwise Conv
+    pads = [0, 1, 2, 0, 0, 2, 1, 0] if layout == "nhwc" else [1, 2, 2, 1]
+    nodes = [
+        *_pad("x", "p", pads, 0.0),
+        helper.make_node("Transpose", ["p"], ["t"], perm=[0, 3, 1, 2], name="tr"),
+        helper.make_node("Conv", ["t", "w"], ["y"], name="dw", strides=[2, 2], group=4),
+    ]
+    if layout == "axes":  # opset 18: the pads of axes 1 and 2 only
+        nodes[-3].input.append("ax")
+    inits = [_init("w", RNG.standard_normal((4, 1, 3, 3)))]
+    model = _model(nodes, inits, [2, 11, 12, 4], opset=18 if layout == "axes" else 17)
+    if layout == "axes":
+        model.graph.initializer.append(numpy_helper.from_array(np.array([1, 2], np.int64), "ax"))
+    x = RNG.standard_normal((2, 11, 12, 4)).astype(np.float32)
+    module = _check(model, x)
+    assert _pads_left(module) == 0
+    assert module.get_submodule("dw").resolved_padding() == ((1, 2), (2, 1))
+    (fold,) = module.onnx_folds
+    assert fold.done and (fold.node, fold.into) == ("pad", "dw")
+
+
+def test_a_pad_of_a_pad_folds_too() -> None:
+    nodes = [
+        *_pad("x", "p1", [0, 0, 1, 0, 0, 0, 0, 1], 0.0, name="pad1"),
+        *_pad("p1", "p2", [0, 0, 0, 2, 0, 0, 1, 0], 0.0, name="pad2"),
+        helper.make_node("Conv", ["p2", "w"], ["y"], name="conv"),
+    ]
+    model = _model(nodes, [_init("w", RNG.standard_normal((2, 3, 3, 3)))], [1, 3, 7, 8])
+    module = _check(model, RNG.standard_normal((1, 3, 7, 8)).astype(np.float32))
+    assert _pads_left(module) == 0
+    assert module.get_submodule("conv").resolved_padding() == ((1, 1), (2, 1))
+    assert sorted(f.node for f in module.onnx_folds if f.done) == ["pad1", "pad2"]
+
+
+def test_a_zero_pad_folds_into_an_lp_pool() -> None:
+    nodes = [
+        *_pad("x", "p", [0, 0, 1, 2, 0, 0, 2, 1], 0.0),
+        helper.make_node("LpPool", ["p"], ["y"], name="lp", kernel_shape=[3, 3], strides=[2, 2]),
+    ]
+    model = _model(nodes, [], [1, 2, 9, 8])
+    module = _check(model, RNG.standard_normal((1, 2, 9, 8)).astype(np.float32))
+    assert _pads_left(module) == 0
+    (fold,) = module.onnx_folds
+    assert fold.done and fold.into == "lp"
+
+
+def test_a_pad_before_a_transposed_conv_stays_with_its_reason() -> None:
+    nodes = [
+        *_pad("x", "p", [0, 0, 1, 1, 0, 0, 1, 1], 0.0),
+        helper.make_node("ConvTranspose", ["p", "w"], ["y"], name="ct", strides=[2, 2]),
+    ]
+    model = _model(nodes, [_init("w", RNG.standard_normal((3, 2, 3, 3)))], [1, 3, 5, 6])
+    module = _check(model, RNG.standard_normal((1, 3, 5, 6)).astype(np.float32))
+    assert _pads_left(module) == 1
+    (fold,) = module.onnx_folds
+    assert not fold.done and "transposed conv's pads crop" in fold.detail
+    from padkit.surgery import convert
+
+    with pytest.warns(UserWarning, match=r"nothing changed; left as they were: pad: not folded"):
+        _, report = convert(module)
+    assert "no layer pads" not in report.notes[0]
+
+
 def _conv_bn_model() -> Any:
     c = 5
     nodes = [

@@ -36,6 +36,8 @@ FOLD_MODES = ("pads", "all", "none")
 _CONVS = (pnn.Conv1d, pnn.Conv2d, pnn.Conv3d)
 _MAX = (pnn.MaxPool1d, pnn.MaxPool2d, pnn.MaxPool3d)
 _AVG = (pnn.AvgPool1d, pnn.AvgPool2d, pnn.AvgPool3d)
+_LP = (pnn.LPPool1d, pnn.LPPool2d, pnn.LPPool3d)
+_CONV_T = (pnn.ConvTranspose1d, pnn.ConvTranspose2d, pnn.ConvTranspose3d)
 _AFFINE = {U.mul: "Mul", U.div: "Div", U.add: "Add", U.sub: "Sub"}
 
 Pairs = tuple[tuple[int, int], ...]
@@ -100,9 +102,16 @@ def _pad_pairs(pad: R.OnnxPad, nd: int) -> tuple[Pairs | None, str]:
     return tuple(by_axis.get(2 + i, (0, 0)) for i in range(nd)), ""
 
 
+def _padded(layer: nn.Module | None) -> nn.Module | None:
+    """The layer whose pads a ``Pad`` before ``layer`` folds into: ``layer``, or the LP pool
+    inside an ONNX ``LpPool`` (it pools ``|x|``, and ``|0| = 0``)."""
+    return layer.pool if isinstance(layer, R.AbsLPPool) else layer
+
+
 def _nd(layer: nn.Module | None) -> int:
     """The spatial rank of a padkit conv or pool (exact classes), else 0."""
-    for group in (_CONVS, _MAX, _AVG):
+    layer = _padded(layer)
+    for group in (_CONVS, _MAX, _AVG, _LP):
         if type(layer) in group:
             return group.index(type(layer)) + 1
     return 0
@@ -114,6 +123,7 @@ def _plan_pad(pad: R.OnnxPad, layer: nn.Module) -> tuple[dict[str, Any] | None, 
     nd = _nd(layer)
     if not nd:
         return None, f"{type(layer).__name__} is not a padkit conv or pool"
+    layer = _padded(layer)  # type: ignore[assignment]
     extra, why = _pad_pairs(pad, nd)
     if extra is None:
         return None, why
@@ -140,6 +150,10 @@ def _plan_pad(pad: R.OnnxPad, layer: nn.Module) -> tuple[dict[str, Any] | None, 
         if not zero_own and value != layer.padding_value:
             return None, f"value {value} differs from the pool's own pads ({layer.padding_value})"
         return {"padding": Padding(total), "padding_value": value}, f"{shown}, value {value}"
+    if isinstance(layer, _LP):
+        if value != 0.0:
+            return None, f"value {value} (an LP pool's pads are zeros)"
+        return {"padding": Padding(total)}, f"{shown} (zeros add nothing to the sum of |x|**p)"
     if value != 0.0:
         return None, f"value {value} (an average pool's pads are zeros)"
     if layer.count_include_pad:
@@ -154,11 +168,59 @@ def _plan_pad(pad: R.OnnxPad, layer: nn.Module) -> tuple[dict[str, Any] | None, 
     )
 
 
+def _permuted(pad: R.OnnxPad, perm: list[int]) -> R.OnnxPad | None:
+    """The ``Pad`` that, after ``permute(perm)``, pads as ``pad`` does before it (a static
+    constant pad; None otherwise)."""
+    rank = len(perm)
+    if pad.mode != "constant" or pad.pads is None or pad.value is None:
+        return None
+    axes = list(range(rank)) if pad.axes is None else [a + rank if a < 0 else a for a in pad.axes]
+    if len(pad.pads) != 2 * len(axes) or sorted(perm) != list(range(rank)):
+        return None
+    if any(not 0 <= a < rank for a in axes):
+        return None
+    half = len(axes)
+    by_axis = {a: (int(pad.pads[i]), int(pad.pads[i + half])) for i, a in enumerate(axes)}
+    pairs = [by_axis.get(perm[i], (0, 0)) for i in range(rank)]
+    return R.OnnxPad("constant", [p[0] for p in pairs] + [p[1] for p in pairs], None, pad.value)
+
+
+def _sink_pads(gm: fx.GraphModule) -> None:
+    """Move each static constant ``Pad`` read only by one ``Transpose`` after it, with its
+    pads permuted: an NHWC export's ``Pad -> Transpose(0, 3, 1, 2) -> Conv`` becomes
+    ``Transpose -> Pad -> Conv``, whose ``Pad`` then folds (the same numbers: a permutation
+    moves the padded elements with the rest)."""
+    for node in list(gm.graph.nodes):
+        pad = _module(gm, node)
+        if not isinstance(pad, R.OnnxPad) or len(node.args) != 1 or len(node.users) != 1:
+            continue
+        (reader,) = node.users
+        if reader.op != "call_function" or reader.target is not torch.permute or reader.kwargs:
+            continue
+        perm = reader.args[1] if len(reader.args) == 2 else None
+        if not isinstance(perm, (list, tuple)) or not all(isinstance(p, int) for p in perm):
+            continue
+        moved = _permuted(pad, list(perm))
+        if moved is None:
+            continue
+        with gm.graph.inserting_before(reader):
+            first = gm.graph.call_function(torch.permute, (node.args[0], perm))
+            first.meta = dict(reader.meta)
+        gm.add_submodule(str(node.target), moved)  # the same name: the same ONNX node
+        reader.replace_all_uses_with(node)
+        node.replace_input_with(node.args[0], first)
+        gm.graph.erase_node(reader)
+        first.append(node)  # the pad now reads the permute: it runs after it
+
+
 def fold_pads(gm: fx.GraphModule) -> list[Fold]:
-    """Fold each constant ``Pad`` read only by padkit convs and pools into their pads."""
+    """Fold each constant ``Pad`` read only by padkit convs and pools into their pads (a
+    ``Pad`` before a ``Transpose`` moved after it first). The last ``Pad`` first: a ``Pad``
+    of a ``Pad`` then reads the layer too, and folds as well."""
+    _sink_pads(gm)
     folds: list[Fold] = []
     calls = _call_counts(gm)
-    for node in list(gm.graph.nodes):
+    for node in reversed(list(gm.graph.nodes)):
         pad = _module(gm, node)
         if not isinstance(pad, R.OnnxPad):
             continue
@@ -166,6 +228,18 @@ def fold_pads(gm: fx.GraphModule) -> list[Fold]:
         layers = [_module(gm, r) for r in readers]
         candidates = [r for r, m in zip(readers, layers) if _nd(m)]
         if not candidates:
+            name = _name(node)
+            folds += [
+                Fold(
+                    "Pad",
+                    name,
+                    _name(r),
+                    False,
+                    "a transposed conv's pads crop its output: a Pad of its input is no pad of it",
+                )
+                for r, m in zip(readers, layers)
+                if isinstance(m, _CONV_T)
+            ]
             continue
         name = _name(node)
         if len(node.args) != 1:
@@ -191,7 +265,7 @@ def fold_pads(gm: fx.GraphModule) -> list[Fold]:
             continue
         for reader, layer, (plan, detail) in zip(readers, layers, plans):
             for attr, value in (plan or {}).items():
-                setattr(layer, attr, value)
+                setattr(_padded(layer), attr, value)
             reader.replace_input_with(node, node.args[0])
             folds.append(Fold("Pad", name, _name(reader), True, detail))
         gm.graph.erase_node(node)
@@ -352,7 +426,7 @@ def for_inference(gm: fx.GraphModule) -> fx.GraphModule:
     for p in gm.parameters():
         p.requires_grad_(False)
     # Module.to(memory_format=...) raises on a 5-d tensor: only the 4-d ones are converted
-    gm._apply(_channels_last_4d)
+    gm._apply(_channels_last_4d)  # type: ignore[no-untyped-call]
     return gm
 
 

@@ -414,8 +414,10 @@ def convert(
     if not report.changes:
         shown = "; ".join(f"{k.path or '<root>'}: {k.reason}" for k in report.skipped[:3])
         why = f"; left as they were: {shown}" if shown else ""
+        # with pads found and left (each with its reason), that is all there is to say
         text = (
-            "nothing changed: no layer pads on every forward"
+            "nothing changed"
+            + ("" if report.skipped else ": no layer pads on every forward")
             + ("" if target is None else f", and no layer's numbers change under {target!r}")
             + why
         )
