@@ -499,3 +499,42 @@ def test_anti_aliased_activations_convert_and_stream_with_lookahead() -> None:
     for sizes in ([1] * 40, [7] * 5 + [5]):
         assert sm.verify(x, sizes) < 1e-9
     assert "AntiAliased '1': reads a window" in sm.explain()
+
+
+class _ChompedUp(nn.Module):
+    """A CRN decoder block on ``(N, C, F, T)`` (haoxiangsnr's CRN layout): a transposed conv
+    upsampling frequency by 2, with ``output_padding`` on frequency, then the chomp of its
+    last time frame that makes it causal."""
+
+    def __init__(self, time_output_padding: int = 0) -> None:
+        super().__init__()
+        self.conv = nn.ConvTranspose2d(
+            2,
+            3,
+            (3, 2),
+            stride=(2, 1 + time_output_padding),
+            output_padding=(1, time_output_padding),
+        )
+
+    def forward(self, x: Tensor) -> Tensor:
+        return torch.relu(self.conv(x)[:, :, :, :-1])
+
+
+def test_output_padding_on_another_axis_than_time_converts() -> None:
+    torch.manual_seed(0)
+    model = _ChompedUp().double().eval()
+    x = torch.randn(2, 2, 9, 20, dtype=torch.float64)
+    new, report = convert_causal(model, x)
+    assert [c.path for c in report.changes] == ["conv", "<model>"], report
+    assert new.conv.output_padding == (1, 0)
+    torch.testing.assert_close(new(x), model(x), rtol=0, atol=1e-12)
+    sm = StreamingModule(new)
+    for sizes in ([1] * 20, [7, 7, 6], [3, 1, 9, 2, 5]):
+        assert sm.verify(x, sizes) <= 1e-12
+    # the table shows the layer's time crops: the one frame its forward chomped
+    assert "| conv | transposed conv | 2 | 1 | 1 | crops (0, 1) |" in sm.explain()
+    # on the time axis, output_padding with a crop is another layer: left, with its reason
+    other = _ChompedUp(time_output_padding=1).double().eval()
+    _, report = convert_causal(other, x)
+    assert report.changes == [] or all(c.path != "conv" for c in report.changes)
+    assert any("output_padding" in s.reason for s in report.skipped), report

@@ -579,7 +579,7 @@ def convert_causal(
         else:
             solved = (
                 None
-                if any(getattr(m, "output_padding", ()))
+                if tuple(getattr(m, "output_padding", ()))[ti : ti + 1] not in ((), (0,))
                 else _solve_self_crop(m, nd, ti, io, tol)
             )
             what = "crops"
@@ -1155,8 +1155,10 @@ def _resolve(
     if transposed:
         if any(p != (0, 0) for a in added for p in a):
             return f"it pads the input of the transposed conv {cpath!r}"
-        if any(getattr(conv, "output_padding", (0,))):
-            return f"it crops {cpath!r}, which has output_padding"
+        extra = tuple(getattr(conv, "output_padding", ())) or (0,) * nd
+        if any(op and c != (0, 0) for op, c in zip(extra, crops)):
+            # output_padding on another axis (a frequency axis) stays as it is
+            return f"it crops {cpath!r} on an axis where it has output_padding {extra}"
         plans[cpath] = tuple((a + x, b + y) for (a, b), (x, y) in zip(native, crops))
         return ""
     out: list[tuple[int, int]] = []
