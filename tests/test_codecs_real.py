@@ -360,16 +360,17 @@ def test_snac_local_attention_streams_on_whole_blocks(part: str, dtype: torch.dt
     assert "the block of 4 time steps holding each step" in sm.explain()
 
 
-def test_snac_local_attention_alone_is_refused_naming_it() -> None:
-    """LocalMHA as the whole model (nothing around it that a stand-in could take its place
-    in) is refused, naming it with its measured dependency; never a raw error from inside
-    it, never a wrong stream."""
+def test_snac_local_attention_alone_streams_on_whole_blocks() -> None:
+    """LocalMHA as the whole model is measured as the model itself: attention within blocks
+    of its window, streamed on whole blocks with lookahead, exactly."""
     attention = load("snac", "snac.attention")
     torch.manual_seed(0)
     mha = attention.LocalMHA(dim=8, window_size=4, dim_head=4).double().eval()
     stream = StreamingModule(mha, lookahead="auto")
-    with pytest.raises(PaddingError, match=r"LocalMHA '<model>'.*output \d+ depends on input"):
-        stream.verify(torch.randn(1, 8, 16, dtype=torch.float64), [1] * 16)
+    x = torch.randn(2, 8, 16, dtype=torch.float64)
+    for sizes in ([1] * 16, [3, 5, 8], [7, 0, 9]):
+        assert stream.verify(x, sizes) <= 1e-12
+    assert "LocalMHA '<model>': reads the block of 4 time steps" in stream.explain()
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=["f64", "f32"])

@@ -271,3 +271,85 @@ def test_a_causal_stream_refuses_attention_in_blocks() -> None:
     net = nn.Sequential(pn.Conv1d(2, 8, 3, padding="causal"), BlockAttention(8, 4))
     with pytest.raises(PaddingError, match=r"BlockAttention '1'.*step\(s\) later"):
         StreamingModule(net)(torch.randn(1, 2, 16))
+
+
+class _UpFilter(nn.Module):
+    """An anti-aliased 2x upsampler as BigVGAN writes one: replicate pad, a fixed low-pass
+    filter as a strided transposed conv, a crop."""
+
+    def __init__(self, taps: int = 12) -> None:
+        super().__init__()
+        t = torch.arange(taps, dtype=torch.float64) - (taps - 1) / 2
+        h = torch.sinc(t / 2) * torch.kaiser_window(taps, periodic=False, beta=5.0).double()
+        self.register_buffer("filt", (h / h.sum()).float().view(1, 1, -1))
+        self.pad = taps // 2 - 1
+        self.lo = self.pad * 2 + (taps - 2) // 2
+        self.hi = self.pad * 2 + (taps - 1) // 2
+
+    def forward(self, x: Tensor) -> Tensor:
+        c = x.shape[1]
+        x = F.pad(x, (self.pad, self.pad), mode="replicate")
+        y = 2 * F.conv_transpose1d(x, self.filt.expand(c, -1, -1), stride=2, groups=c)
+        return y[..., self.lo : -self.hi]
+
+
+class _DownFilter(nn.Module):
+    def __init__(self, taps: int = 12) -> None:
+        super().__init__()
+        t = torch.arange(taps, dtype=torch.float64) - (taps - 1) / 2
+        h = torch.sinc(t / 2) * torch.kaiser_window(taps, periodic=False, beta=5.0).double()
+        self.register_buffer("filt", (h / h.sum()).float().view(1, 1, -1))
+        self.taps = taps
+
+    def forward(self, x: Tensor) -> Tensor:
+        c = x.shape[1]
+        x = F.pad(x, (self.taps // 2 - 1, self.taps // 2), mode="replicate")
+        return F.conv1d(x, self.filt.expand(c, -1, -1), stride=2, groups=c)
+
+
+class _Snake(nn.Module):
+    def __init__(self, c: int) -> None:
+        super().__init__()
+        self.alpha = nn.Parameter(torch.rand(1, c, 1) + 0.5)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return x + torch.sin(self.alpha * x) ** 2 / self.alpha
+
+
+class AntiAliasedActivation(nn.Module):
+    """Upsample 2x, a Snake activation, low-pass and downsample 2x (BigVGAN's
+    ``Activation1d``): the length is kept, and output ``t`` reads a few steps either way."""
+
+    def __init__(self, c: int) -> None:
+        super().__init__()
+        self.up, self.act, self.down = _UpFilter(), _Snake(c), _DownFilter()
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.down(self.act(self.up(x)))
+
+
+@pytest.mark.parametrize("root", [True, False])
+def test_a_window_module_streams_as_the_model_itself_or_inside_one(root: bool) -> None:
+    torch.manual_seed(0)
+    act = AntiAliasedActivation(3).double()
+    net = act if root else nn.Sequential(nn.Conv1d(3, 3, 1), act).double()
+    sm = StreamingModule(net, lookahead="auto")
+    x = torch.randn(2, 3, 70, dtype=torch.float64)
+    with torch.no_grad():
+        full = net(x)
+        for chunks in sizes(70, 3):
+            torch.testing.assert_close(stream(sm, x, chunks), full, rtol=0, atol=1e-12)
+        assert sm.delay > 0
+        copy.deepcopy(sm)  # (the model's own stand-in is made anew)
+        torch.testing.assert_close(stream(pickle.loads(pickle.dumps(sm)), x, [9] * 7 + [7]), full)
+
+
+def test_an_upsampling_filter_alone_is_refused_with_its_window_and_rate() -> None:
+    with pytest.raises(
+        PaddingError,
+        match=r"_UpFilter '1'.*2 output steps of each input step.*reads a window of its input "
+        r"\(\d+ step\(s\) later, \d+ earlier\)",
+    ):
+        StreamingModule(nn.Sequential(nn.Conv1d(3, 3, 1), _UpFilter()), lookahead="auto")(
+            torch.randn(1, 3, 8)
+        )

@@ -340,6 +340,8 @@ class _Finding:
         self.ahead_window = 0
         # in blocks: output t reads the inputs of the block of ``block`` steps holding t
         self.block = 0
+        # output steps per input step (an upsampler's outputs are counted per input step)
+        self.up = 1
 
 
 def _float64_copy(module: nn.Module) -> nn.Module | None:
@@ -481,6 +483,9 @@ def measure(
                     back = found
     if ahead is not None and back is not None:
         ahead.back = back
+    for f in (ahead, back):
+        if f is not None:
+            f.up = up
     found_any = ahead or back
     if found_any is not None and lookahead is None and up == 1:
         # a window: every perturbed input moves the outputs up to the same distance after it
@@ -548,16 +553,36 @@ def describe(f: _Finding, ahead: int | None = None) -> str:
         f"output {f.q} depends on input {f.p} (of {f.steps} time steps: a change of input "
         f"{f.p} changes output {f.q} by {f.size:.3g})"
     )
+    if f.up > 1:
+        head += (
+            f" (its outputs counted in input steps: it makes {f.up} output steps of each input "
+            "step)"
+        )
     if f.q < f.p:
         reach = f"{f.p - f.q} step(s) later"
         if ahead:
             reach += f", beyond the stream's lookahead of {ahead}"
         if f.back is not None:
             b = f.back
+            later, earlier = f.p - f.q, b.q - b.p
+            if 4 * (later + earlier) >= f.steps:
+                return (
+                    f"{head}, and output {b.q} on input {b.p}: it mixes time steps in both "
+                    f"directions (reading {reach}), as a norm or attention over the whole "
+                    "sequence does; a stream has not seen the later ones yet"
+                )
+            if f.up > 1:
+                # a local filter that resamples time (an anti-aliased upsampler)
+                return (
+                    f"{head}, and output {b.q} on input {b.p}: it reads a window of its input "
+                    f"({later} step(s) later, {earlier} earlier) and makes {f.up} output steps "
+                    "of each; a module is streamed on a window of its input only where it keeps "
+                    "the time length (one that encloses it and keeps the length streams so)"
+                )
             return (
-                f"{head}, and output {b.q} on input {b.p}: it mixes time steps in both "
-                f"directions (reading {reach}), as a norm or attention over the whole sequence "
-                "does; a stream has not seen the later ones yet"
+                f"{head}, and output {b.q} on input {b.p}: it reads a window of time steps "
+                f"both ways ({reach}, {earlier} earlier); a stream has not seen the later "
+                "ones yet" + ("" if ahead else ": stream it with a delay, lookahead='auto'")
             )
         return f"{head}: it reads time steps {reach}; a stream has not seen them yet"
     return (
@@ -761,15 +786,19 @@ class _Probe:
         """Whether ``label`` is inside a module that streams on a window or with its sums
         carried (it runs within that module's own forward)."""
         stream = self.stream
-        return any(label.startswith(w + ".") for w in [*stream._windows, *stream._cumulative])
+        return any(
+            (w == "<model>" and label != w) or label.startswith(w + ".")
+            for w in [*stream._windows, *stream._cumulative]
+        )
 
     def _window_around(self, label: str, itself: bool = False) -> bool:
         """For a measured module that does not act on each time step on its own: stream the
         innermost module around it (``itself``: or it first) that measures as a window (or
         blocks) with one (see :meth:`windowed`); True where one now does."""
         parts = label.split(".") if label != "<model>" else []
-        for depth in range(len(parts) - (0 if itself else 1), 0, -1):
-            module = _get(self.model, ".".join(parts[:depth]))
+        # (depth 0: the model itself)
+        for depth in range(len(parts) - (0 if itself else 1), -1, -1):
+            module = _get(self.model, ".".join(parts[:depth])) if depth else self.model
             if module is not None and self._try_window_at(id(module)):
                 return True
         return False
@@ -787,7 +816,7 @@ class _Probe:
             return False  # it reads later time steps: a causal stream has not seen them
         if found.ahead_window and not look:
             return False
-        if label == "<model>" or label in stream._windows or label in stream._cumulative or i > 0:
+        if label in stream._windows or label in stream._cumulative or i > 0:
             return False
         if label in self.window_refusals:
             return False
@@ -885,7 +914,7 @@ class _Probe:
         name = self.rec.names[key]
         stream = self.stream
         inside = [*stream._plans, *stream._rnn_plans, *stream._windows, *stream._cumulative]
-        if name == "<model>" or any(n == name or n.startswith(name + ".") for n in inside):
+        if any(name == "<model>" or n == name or n.startswith(name + ".") for n in inside):
             return False  # (before measuring: a module holding streamed layers never qualifies)
         try:
             found = measure(module, calls[0].args, calls[0].kwargs, axes[0], axes[1])

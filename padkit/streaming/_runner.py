@@ -467,7 +467,7 @@ class StreamingModule(nn.Module):
         for parent, key, layer, _ in self._slots:
             slots.append((parent, key, layer, self._stand_in_of(names[id(layer)], layer)))
         self._slots = slots
-        if "<model>" in self._plans or "<model>" in self._rnn_plans:
+        if "<model>" in names.values():
             root = self._stand_in_of("<model>", self.model)
             object.__setattr__(self, "_root_stand_in", root)
 
@@ -494,6 +494,8 @@ class StreamingModule(nn.Module):
     def _install(self, label: str, layer: nn.Module) -> None:
         """Stand-ins for ``layer`` wherever the model registers it."""
         stand_in = self._stand_in_of(label, layer)
+        if label == "<model>":  # the model itself (measured as a window): its run is the call
+            object.__setattr__(self, "_root_stand_in", stand_in)
         for parent in self.model.modules():
             for key, child in parent._modules.items():
                 if child is layer:
