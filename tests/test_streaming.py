@@ -1386,3 +1386,38 @@ def test_a_chunk_that_does_not_continue_the_startup_input_is_refused() -> None:
         for bad in (torch.randn(1, 1, 2, dtype=torch.float64), torch.randn(1, 2, 2)):
             with pytest.raises(PaddingError, match=r"'<stream>.startup' holds input of shape"):
                 sm.step(bad, state)
+
+
+class _FlattensFrames(nn.Module):
+    """A (N, 1, T, F) enhancer head that flattens each frame's channels and frequencies with
+    ``reshape(b, t, -1)`` (DeepFilterNet's grouped layers): its own code cannot take a chunk
+    of no frames (-1 of zero elements)."""
+
+    def __init__(self, stride: int = 1) -> None:
+        super().__init__()
+        self.conv = pn.Conv2d(1, 4, (3, 3), stride=(stride, 1), padding=("causal", "same"))
+        self.lin = nn.Linear(4 * 8, 5)
+
+    def forward(self, x: Tensor) -> Tensor:
+        h = self.conv(x)
+        b, _, t, _ = h.shape
+        return self.lin(h.permute(0, 2, 1, 3).reshape(b, t, -1))
+
+
+@pytest.mark.parametrize("stride", [1, 2])
+def test_an_empty_chunk_streams_where_the_model_cannot_run_on_one(stride: int) -> None:
+    torch.manual_seed(0)
+    model = _FlattensFrames(stride).double().eval()
+    x = torch.randn(2, 1, 12, 8, dtype=torch.float64)
+    with pytest.raises((RuntimeError, PaddingError)):
+        model(x[:, :, :0])  # (the model itself cannot)
+    sm = StreamingModule(model, axis=2)
+    state = sm.init_state(example=x[:, :, :1])
+    outs = []
+    cuts = [0, 3, 3, 4, 4, 4, 9, 12, 12] if stride == 1 else [0, 2, 2, 6, 6, 6, 12, 12]
+    for a, b in itertools.pairwise(cuts):
+        y, state = sm.step(x[:, :, a:b], state)
+        outs.append(y)
+    assert outs[1].shape == (2, 0, 5)  # no frames in, none out, on the output's time axis
+    assert outs[3].shape == (2, 0, 5)
+    torch.testing.assert_close(torch.cat(outs, 1), model(x), rtol=0, atol=1e-12)

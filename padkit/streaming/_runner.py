@@ -1174,10 +1174,40 @@ class StreamingModule(nn.Module):
             if kept is not None:
                 return kept
         ctx = _Context(state_in=state, lazy=lazy, chunk=_described(chunk))
-        out = self._run(x, ctx, "flush()" if final else "step()")
+        try:
+            out = self._run(x, ctx, "flush()" if final else "step()")
+        except ModelRaised:
+            dim = self.axis if self.axis >= 0 else chunk.dim() + self.axis
+            if final or lazy or x.shape[dim] != 0:
+                raise
+            # an empty chunk the model's own code cannot take (a reshape with -1 of zero
+            # elements): it completes no output, and the state stays as it is
+            empty = self._empty_output(x, state, dim)
+            if empty is None:
+                raise
+            return empty, state
         new_state = {**ctx.created, **state, **ctx.state_out}
         new_state.pop(_STARTUP_KEY, None)
         return out, new_state
+
+    def _empty_output(self, x: Tensor, state: StreamState, dim: int) -> Tensor | None:
+        """The output of a chunk of no samples for a model that does not run on one: its
+        output for a hop more (run from ``state``, which it leaves as it is: a hop completes
+        an output) with no time steps, on the output's measured time axis; None where the
+        model does not return one tensor, or its time axis is not known."""
+        self._measure_out_axis(x)
+        if self.__dict__.get("_out_axis") is None:
+            return None
+        shape = list(x.shape)
+        shape[dim] = max(1, self._hop_and_minimum()[0])
+        one = x.new_zeros(shape)
+        try:
+            out = self._run(one, _Context(state_in=state, lazy=False, chunk=_described(one)))
+        except PaddingError:
+            return None
+        if not isinstance(out, Tensor):
+            return None
+        return out.narrow(self._out_dim(out.dim()), 0, 0)
 
     # ------------------------------------------------------------------ holding
 
@@ -1277,7 +1307,8 @@ class StreamingModule(nn.Module):
 
     def _held_output(self, x: Tensor, state: StreamState, dim: int) -> Any:
         """What a step that completes no output returns (the model's run on an empty chunk,
-        once per shape), or None where the model does not run on one."""
+        or where its code cannot take one, its output of a hop with no time steps; once per
+        shape), or None where neither gives one tensor."""
         key = self._empty_key(x, dim)
         if key in self._held_outs:
             return self._held_outs[key]
@@ -1285,7 +1316,10 @@ class StreamingModule(nn.Module):
         try:
             out = self._run(x.narrow(dim, 0, 0), ctx, "step()")
         except Exception:
-            out = None
+            try:  # the model's code cannot take no time steps: the output of a hop, emptied
+                out = self._empty_output(x, state, dim)
+            except Exception:
+                out = None
         if out is not None and not isinstance(out, Tensor):
             out = None  # a structure of outputs: the model runs every step
         self._keep_empty(key, out)
