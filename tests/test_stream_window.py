@@ -409,3 +409,17 @@ def test_a_positional_table_inside_a_windowed_attention_streams_with_it() -> Non
     # alone, the table is refused with its measurement
     with pytest.raises(PaddingError, match=r"RotaryTable '1'.*where a time step sits"):
         StreamingModule(nn.Sequential(nn.Identity(), RotaryTable(8)), axis=1)(torch.randn(1, 8, 4))
+
+
+def test_many_windowed_modules_of_one_class_stream_in_one_round() -> None:
+    """70 local attentions in series (a deep model repeats one block): each is measured on
+    its own input once the first streams on a window, instead of one probe round per module
+    (64 rounds at most: 70 were refused before)."""
+    torch.manual_seed(0)
+    net = nn.Sequential(
+        pn.Conv1d(2, 4, 3, padding="causal"), *[LocalAttention(4, 3) for _ in range(70)]
+    ).double()
+    sm = StreamingModule(net)
+    x = torch.randn(2, 2, 40, dtype=torch.float64)
+    assert sm.verify(x, [1] * 40) <= 1e-12
+    assert len(sm._windows) == 70

@@ -902,8 +902,30 @@ class _Probe:
         """For a module whose streamed output differs: stream it, or else the innermost of
         its enclosing modules whose measurement finds one, with a window of its last input
         samples (see :meth:`windowed`). A module that acts on each time step differs when
-        its input does: the code that reads earlier time steps is then its parent's."""
-        return self._window_around(self.rec.names[key], itself=True)
+        its input does: the code that reads earlier time steps is then its parent's.
+
+        Where one now streams so, the other modules of its class are measured too, each on
+        its own input (a vocoder repeats one anti-aliased activation a hundred times): those
+        whose measurement finds a window stream so at once, instead of one retry of the
+        probe each."""
+        before = set(self.stream._windows)
+        if not self._window_around(self.rec.names[key], itself=True):
+            return False
+        added = [n for n in self.stream._windows if n not in before]
+        kinds = {type(_get(self.model, n) if n != "<model>" else self.model) for n in added}
+        refusals = dict(self.window_refusals)
+        for other, module in self.rec.modules.items():
+            name = self.rec.names[other]
+            if (
+                type(module) in kinds
+                and name not in self.stream._windows
+                and not self._inside_measured(name)
+            ):
+                self._try_window_at(other)
+        # (a sibling that measured otherwise is found, and named, by the probe itself)
+        self.window_refusals.clear()
+        self.window_refusals.update(refusals)
+        return True
 
     def _try_window_at(self, key: int) -> bool:
         module = self.rec.modules[key]
@@ -1314,8 +1336,9 @@ def _probe(stream: Any, probe: _Probe) -> bool:
                 continue
         else:
             raise PaddingError(
-                f"StreamingModule: more than 64 modules of {type(stream.model).__name__} "
-                "would stream with a window of their own; such a model is not streamed"
+                f"StreamingModule: the probe of {type(stream.model).__name__} still differs "
+                f"after 64 rounds that each streamed more modules on windows of their own "
+                f"({len(stream._windows)} in all); such a model is not streamed"
             )
     except _StreamFailed as failed:
         keys = [k for k in probe.rec.modules if probe.rec.label(k) == failed.label]
@@ -1325,6 +1348,9 @@ def _probe(stream: Any, probe: _Probe) -> bool:
         raise PaddingError(
             f"StreamingModule: {failed.label} fails on a streamed chunk of {failed.size} "
             f"sample(s) ({_first_line(failed.error)}) although the full sequence of "
-            f"{probe.n} runs{'; ' + measured if measured else '. '}{_hint(probe.stream)}"
+            f"{probe.n} runs{'; ' + measured if measured else '. '}"
+            "Code in a forward that needs more time steps than a chunk brings (an assert or a "
+            "branch on the input's length) runs on each chunk and fails on short ones: stream "
+            f"chunks it accepts, or take that code out of the streamed path. {_hint(probe.stream)}"
         ) from None
     return True

@@ -400,6 +400,7 @@ def _plan_transposed(
             f"StreamingModule: {what} (kernel {k[ti]}, stride {s[ti]}, dilation {d[ti]}) crops "
             f"{(lo, hi)} with output_padding {op[ti]} on the time axis: its last {-held} "
             "output(s) read only the last input and exist only once the sequence ends. Crop "
-            "k_eff - stride at the end (padding='causal') to stream it"
+            "k_eff - stride at the end (padding='causal') to stream it causally, or stream "
+            "with a delay: StreamingModule(model, lookahead='auto')"
         )
     return _Plan(name, "convt", nd, ti, k, s, d, lo, False, is_padkit, held)
