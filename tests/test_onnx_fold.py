@@ -464,3 +464,71 @@ def test_inspect_lists_the_folds(tmp_path: Any) -> None:
     )
     (layer,) = json.loads(out.stdout)["layers"]
     assert layer["folded"] == list(report.folded)
+
+
+def _runtime_same_model(lower: bool, stride: int = 2, k: int = 3) -> Any:
+    """A conv whose pads the graph computes from its input's size (TF SAME written out, as
+    timm's ``Conv2dSame`` exports with dynamic sizes): Shape, integer arithmetic, Concat."""
+
+    def ints(name: str, values: list[int]) -> Any:
+        return numpy_helper.from_array(np.array(values, np.int64), name)
+
+    nodes = [
+        helper.make_node("Shape", ["x"], ["shape"]),
+        helper.make_node("Slice", ["shape", "i2", "i4"], ["hw"]),
+        helper.make_node("Add", ["hw", "sm1"], ["a"]),
+        helper.make_node("Div", ["a", "s"], ["q"]),
+        helper.make_node("Sub", ["q", "one"], ["q1"]),
+        helper.make_node("Mul", ["q1", "s"], ["m"]),
+        helper.make_node("Add", ["m", "keff"], ["m2"]),
+        helper.make_node("Sub", ["m2", "hw"], ["t0"]),
+        helper.make_node("Max", ["t0", "zero"], ["total"]),
+        helper.make_node("Div", ["total", "two"], ["half"]),
+        helper.make_node("Sub", ["total", "half"], ["other"]),
+    ]
+    lo, hi = ("half", "other") if not lower else ("other", "half")
+    nodes += [
+        helper.make_node("Concat", ["z2", lo, "z2", hi], ["pads"], axis=0),
+        helper.make_node("Pad", ["x", "pads"], ["p"], name="pad", mode="constant"),
+        helper.make_node("Conv", ["p", "w"], ["y"], name="conv", strides=[stride, stride]),
+    ]
+    inits = [
+        ints("i2", [2]),
+        ints("i4", [4]),
+        ints("sm1", [stride - 1]),
+        ints("s", [stride]),
+        ints("one", [1]),
+        ints("keff", [k]),
+        ints("zero", [0]),
+        ints("two", [2]),
+        ints("z2", [0, 0]),
+        _init("w", RNG.standard_normal((4, 3, k, k))),
+    ]
+    return _model(nodes, inits, ["N", 3, "H", "W"])
+
+
+@pytest.mark.parametrize("lower", [False, True])
+def test_pads_computed_from_the_input_size_fold_as_the_same_rule(lower: bool) -> None:
+    model = _runtime_same_model(lower)
+    module = load(model)
+    assert _pads_left(module) == 0
+    (fold,) = module.onnx_folds
+    assert fold.done and fold.into == "conv" and "at run time" in fold.detail
+    rule = "same_lower" if lower else "same"
+    assert module.get_submodule("conv").pad_spec.axes == (rule, rule)
+    for shape in [(1, 3, 17, 22), (2, 3, 9, 30), (1, 3, 64, 65), (1, 3, 5, 5)]:
+        x = RNG.standard_normal(shape).astype(np.float32)
+        want = _ort(model, x)
+        np.testing.assert_allclose(_run(module, x), want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
+
+
+def test_pads_computed_at_run_time_that_follow_no_rule_stay() -> None:
+    # a kernel of 3 with pads sized for a kernel of 5: no SAME rule of this conv
+    model = _runtime_same_model(False, k=5)
+    model.graph.initializer[-1].CopyFrom(_init("w", RNG.standard_normal((4, 3, 3, 3))))
+    module = load(model)
+    assert _pads_left(module) == 1
+    (fold,) = module.onnx_folds
+    assert not fold.done and "follow no SAME rule" in fold.detail
+    x = RNG.standard_normal((1, 3, 19, 12)).astype(np.float32)
+    np.testing.assert_allclose(_run(module, x), _ort(model, x), rtol=1e-5, atol=1e-5)

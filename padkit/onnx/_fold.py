@@ -213,16 +213,178 @@ def _sink_pads(gm: fx.GraphModule) -> None:
         first.append(node)  # the pad now reads the permute: it runs after it
 
 
+#: input sizes a graph is probed at for pads computed at run time (8 consecutive sizes:
+#: every residue of strides 2, 4 and 8)
+_PROBE_SIZES = tuple(range(64, 72))
+
+
+def _same_pair(rule: str, n: int, k_eff: int, s: int) -> tuple[int, int]:
+    total = max((-(-n // s) - 1) * s + k_eff - n, 0)
+    lo = total // 2 if rule == "same" else total - total // 2
+    return lo, total - lo
+
+
+def _runtime_pads(gm: fx.GraphModule, nodes: list[fx.Node]) -> dict[fx.Node, list[Any]] | None:
+    """What each ``Pad`` of ``nodes`` (pads computed at run time) receives when the graph runs
+    on its one declared input at each of :data:`_PROBE_SIZES` (every size it leaves open set
+    to it): per probe, the pad's input shape, its pads and its value. None where the graph
+    has no such input or does not run at every size."""
+    inputs: tuple[Any, ...] = tuple(gm.meta.get("onnx_inputs") or ())
+    if len(inputs) != 1 or inputs[0].shape is None or inputs[0].dtype is None:
+        return None
+    declared = inputs[0]
+    dims: tuple[Any, ...] = declared.shape
+    if not any(not isinstance(d, int) for d in dims[1:]):
+        return None  # every size fixed: one probe is all there is
+    seen: dict[fx.Node, list[Any]] = {n: [] for n in nodes}
+    handles = []
+    for node in nodes:
+
+        def hook(mod: nn.Module, args: Any, node: fx.Node = node) -> None:
+            x = args[0]
+            pads = R.as_ints(args[1]) if len(args) > 1 and args[1] is not None else None
+            value = R.scalar(args[2]) if len(args) > 2 and args[2] is not None else mod.value
+            axes = R.as_ints(args[3]) if len(args) > 3 and args[3] is not None else mod.axes
+            seen[node].append((tuple(x.shape), pads, value, axes))
+
+        handles.append(gm.get_submodule(str(node.target)).register_forward_pre_hook(hook))
+    try:
+        with torch.no_grad():
+            for n in _PROBE_SIZES:
+                shape = [
+                    d if isinstance(d, int) else (1 if i == 0 else n) for i, d in enumerate(dims)
+                ]
+                gm(torch.zeros(shape, dtype=declared.dtype))
+    except Exception:  # a size the graph refuses: nothing is folded
+        return None
+    finally:
+        for h in handles:
+            h.remove()
+    return seen
+
+
+def _runtime_plan(layer: nn.Module, probes: list[Any]) -> tuple[Padding | None, str]:
+    """The padding ``layer`` takes in place of a ``Pad`` whose pads were computed at run
+    time, from what it received at each probe (per axis a SAME rule or one fixed pair), or
+    the reason there is none."""
+    nd = _nd(layer)
+    layer = _padded(layer)  # type: ignore[assignment]
+    if type(layer) not in _CONVS and type(layer) not in _MAX:
+        return None, f"{type(layer).__name__}: only a conv or max pool takes a sized pad"
+    own = _pairs(layer.pad_spec, nd)  # type: ignore[arg-type]
+    if own is None or any(p != (0, 0) for p in own) or getattr(layer, "ceil_mode", False):
+        return None, "the layer pads on its own"
+    values = {float(v) for _, _, v, _ in probes if v is not None}
+    if isinstance(layer, _CONVS) and (values - {0.0} or layer.padding_mode != "zeros"):
+        return None, f"values {sorted(values)} (a conv pads with zeros)"
+    if isinstance(layer, _MAX) and (len(values) != 1 or layer.return_indices):
+        return None, "the pool's pads take one value"
+    k, s, d = (_tuple(layer, a, nd) for a in ("kernel_size", "stride", "dilation"))
+    per_axis: list[list[tuple[int, tuple[int, int]]]] = [[] for _ in range(nd)]
+    for shape, flat, _, axes in probes:
+        if flat is None or len(shape) != nd + 2:
+            return None, "its pads are not read at run time"
+        rank = nd + 2
+        ax = list(range(rank)) if axes is None else [a + rank if a < 0 else a for a in axes]
+        if len(flat) != 2 * len(ax) or any(p < 0 for p in flat):
+            return None, f"pads {flat} crop or do not fit the input"
+        half = len(ax)
+        by_axis = {a: (flat[i], flat[i + half]) for i, a in enumerate(ax)}
+        if any(by_axis.get(a, (0, 0)) != (0, 0) for a in (0, 1)):
+            return None, "it pads the batch or channel axis"
+        for i in range(nd):
+            per_axis[i].append((int(shape[2 + i]), by_axis.get(2 + i, (0, 0))))
+    rules: list[Any] = []
+    for i in range(nd):
+        k_eff = d[i] * (k[i] - 1) + 1
+        pairs = per_axis[i]
+        rule: Any = next(
+            (
+                r
+                for r in ("same", "same_lower")
+                if len({n for n, _ in pairs}) > s[i]
+                and all(_same_pair(r, n, k_eff, s[i]) == p for n, p in pairs)
+            ),
+            None,
+        )
+        if rule is None and len({p for _, p in pairs}) == 1:
+            rule = pairs[0][1]  # the same pair at every size
+        if rule is None:
+            return None, (
+                f"its pads on axis {2 + i} ({[p for _, p in pairs]} for sizes "
+                f"{[n for n, _ in pairs]}) follow no SAME rule of the layer"
+            )
+        rules.append(rule)
+    return Padding(tuple(rules)), f"{len(probes)} input sizes"
+
+
+def _tuple(layer: nn.Module, attr: str, nd: int) -> tuple[int, ...]:
+    v = getattr(layer, attr)
+    return tuple(int(a) for a in v) if isinstance(v, (tuple, list)) else (int(v),) * nd
+
+
+def fold_runtime_pads(gm: fx.GraphModule) -> list[Fold]:
+    """Fold each ``Pad`` whose pads the graph computes from its input's size at run time
+    (TF-style SAME written out: timm's ``Conv2dSame`` exported with dynamic sizes) into the
+    conv or max pool that alone reads it, as that layer's SAME rule: the graph is run at 8
+    input sizes, and the pads received at each must be the rule's for the layer there, on
+    every axis (or one fixed pair at every size)."""
+    nodes = []
+    for node in gm.graph.nodes:
+        pad = _module(gm, node)
+        if isinstance(pad, R.OnnxPad) and pad.mode == "constant" and len(node.args) > 1:
+            readers = list(node.users)
+            if len(readers) == 1 and _nd(_module(gm, readers[0])) and not node.kwargs:
+                nodes.append(node)
+    if not nodes:
+        return []
+    seen = _runtime_pads(gm, nodes)
+    if seen is None:
+        return []
+    folds: list[Fold] = []
+    calls = _call_counts(gm)
+    for node in nodes:
+        (reader,) = node.users
+        layer = _module(gm, reader)
+        if calls[str(reader.target)] > 1 or len(seen[node]) != len(_PROBE_SIZES):
+            continue
+        padding, detail = _runtime_plan(layer, seen[node])  # type: ignore[arg-type]
+        if padding is None:
+            folds.append(
+                Fold("Pad", _name(node), _name(reader), False, f"computed at run time: {detail}")
+            )
+            continue
+        target = _padded(layer)
+        target.padding = padding  # type: ignore[union-attr]
+        if isinstance(target, _MAX):
+            target.padding_value = float(seen[node][0][2])
+        reader.replace_input_with(node, node.args[0])
+        gm.graph.erase_node(node)
+        folds.append(
+            Fold(
+                "Pad",
+                _name(node),
+                _name(reader),
+                True,
+                f"pads computed from the input's size at run time, measured at {detail}: "
+                f"the layer's padding {padding.describe()}",
+            )
+        )
+    return folds
+
+
 def fold_pads(gm: fx.GraphModule) -> list[Fold]:
     """Fold each constant ``Pad`` read only by padkit convs and pools into their pads (a
-    ``Pad`` before a ``Transpose`` moved after it first). The last ``Pad`` first: a ``Pad``
+    ``Pad`` before a ``Transpose`` moved after it first; one whose pads are computed from
+    the input's size, by :func:`fold_runtime_pads`). The last ``Pad`` first: a ``Pad``
     of a ``Pad`` then reads the layer too, and folds as well."""
     _sink_pads(gm)
-    folds: list[Fold] = []
+    folds: list[Fold] = fold_runtime_pads(gm)
+    measured = {f.node for f in folds}  # (those kept say why already)
     calls = _call_counts(gm)
     for node in reversed(list(gm.graph.nodes)):
         pad = _module(gm, node)
-        if not isinstance(pad, R.OnnxPad):
+        if not isinstance(pad, R.OnnxPad) or _name(node) in measured:
             continue
         readers = list(node.users)
         layers = [_module(gm, r) for r in readers]

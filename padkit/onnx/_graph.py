@@ -1025,6 +1025,8 @@ def build(
             module.recompile()
         from ._fold import fold_graph
 
+        # (the folds probe the graph at sizes its declared input allows)
+        module.meta["onnx_inputs"] = _declared_inputs(graph, {i.name for i in graph.initializer})
         folds = fold_graph(module, fold)
     except Exception as err:
         detail = str(err).strip().splitlines()[0][:300] if str(err).strip() else ""
