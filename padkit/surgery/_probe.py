@@ -57,6 +57,10 @@ from ..spec import Padding, PaddingError
 # ----------------------------------------------------------------------------- own code
 
 
+# base_name of the torch functions seen, by function (a rewired forward sees every call)
+_NAMES: dict[Any, str] = {}
+
+
 class _OwnCode(TorchFunctionMode):
     """Counts the calls ``module``'s own code makes (children's calls excluded: a global
     forward hook tracks the depth) and lets ``handler`` replace them."""
@@ -69,6 +73,9 @@ class _OwnCode(TorchFunctionMode):
         super().__init__()
         self.module = module
         self.handler = handler
+        # the function names the handler edits (the others run as written, uncounted: a
+        # rewired module's every call passes here, in streaming steps too); None: all
+        self.only: frozenset[str] | None = getattr(handler, "names", None)
         self.depth = 0
         self.counts: dict[str, int] = {}
         self.seen: list[tuple[str, tuple[Any, ...], dict[str, Any], Any]] = []
@@ -81,9 +88,19 @@ class _OwnCode(TorchFunctionMode):
         kwargs: dict[str, Any] | None = None,
     ) -> Any:
         kwargs = kwargs or {}
-        if self.depth or _in_stand_in():
+        if self.depth:
             return func(*args, **kwargs)
-        name = base_name(func)
+        try:
+            name = _NAMES[func]
+        except (KeyError, TypeError):  # (an unhashable callable: named each time)
+            name = base_name(func)
+            try:
+                if len(_NAMES) < 4096:
+                    _NAMES[func] = name
+            except TypeError:
+                pass
+        if (self.only is not None and name not in self.only) or _in_stand_in():
+            return func(*args, **kwargs)
         i = self.counts.get(name, 0)
         self.counts[name] = i + 1
         out = _NOT_HANDLED
@@ -166,6 +183,8 @@ class Dispatch:
 
     def __init__(self, table: dict[tuple[str, int], Any]) -> None:
         self.table = dict(table)
+        # the function names the table edits (calls of others run as written)
+        self.names = frozenset(name for name, _ in self.table)
 
     def __call__(self, name: str, i: int, func: Any, args: Any, kwargs: Any) -> Any:
         edit = self.table.get((name, i))
