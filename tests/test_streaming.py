@@ -1421,3 +1421,27 @@ def test_an_empty_chunk_streams_where_the_model_cannot_run_on_one(stride: int) -
     assert outs[1].shape == (2, 0, 5)  # no frames in, none out, on the output's time axis
     assert outs[3].shape == (2, 0, 5)
     torch.testing.assert_close(torch.cat(outs, 1), model(x), rtol=0, atol=1e-12)
+
+
+class _WarmUpCrop(nn.Module):
+    """A causal conv on (N, T, C) whose forward drops the first outputs (the warm-up a
+    receptive field needs) before a Linear head: a start crop of a length-dependent run."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = pn.Conv1d(3, 4, 3, dilation=2, padding="causal")
+        self.head = nn.Linear(4, 2)
+
+    def forward(self, x: Tensor) -> Tensor:
+        y = self.conv(x.transpose(1, 2))[:, :, 4:]
+        return self.head(y.transpose(1, 2))
+
+
+def test_a_crop_before_a_layer_that_is_not_streamed_names_the_forward_that_crops() -> None:
+    sm = StreamingModule(_WarmUpCrop().eval(), axis=1)
+    with pytest.raises(
+        PaddingError,
+        match=r"The forward of _WarmUpCrop '<model>' gives Linear 'head' \d+ time steps where "
+        r"Conv1d 'conv' before it returned \d+",
+    ):
+        sm.verify(torch.randn(1, 20, 3), [1] * 20)

@@ -1230,9 +1230,19 @@ class _Probe:
         keys = {n: k for k, n in names.items()}
         parts = [] if name == "<model>" else name.split(".")
         layers: list[tuple[_Call, str, int]] = []
+        kinds: dict[str, str] = {}
         for lname, plan in stream._plans.items():
             for c in self.full.get(id(stream._layer_by_name(lname)), []):
                 layers.append((c, lname, 2 + plan.ti))
+            kinds[lname] = type(stream._layer_by_name(lname)).__name__
+        axes = self.call_axes(key, 0) if name not in stream._plans else None
+        if axes is not None and len(axes[0]) == 1 and len(self.full.get(key, [])) == 1:
+            # the module named is no streamed layer (a Linear after the last conv): its own
+            # input's time axis, measured, ends the last pair
+            (a_in,) = axes[0]
+            if a_in is not None and a_in != _AMBIGUOUS:
+                layers.append((self.full[key][0], name, a_in))
+                kinds[name] = type(self.rec.modules[key]).__name__
         for depth in range(len(parts), -1, -1):
             owner = keys.get(".".join(parts[:depth]) or "<model>")
             if owner is None or len(self.full.get(owner, [])) != 1:
@@ -1254,8 +1264,7 @@ class _Probe:
                 ):
                     continue
                 whose = "Its forward" if owner == key else f"The forward of {self.rec.label(owner)}"
-                a_type = type(stream._layer_by_name(a_name)).__name__
-                b_type = type(stream._layer_by_name(b_name)).__name__
+                a_type, b_type = kinds[a_name], kinds[b_name]
                 return (
                     f"{whose} gives {b_type} {b_name!r} {want} time steps where {a_type} "
                     f"{a_name!r} before it returned {got}: code between them changes the length "
