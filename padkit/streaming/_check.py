@@ -758,9 +758,11 @@ class _Probe:
                     found = measure(module, call.args, call.kwargs, axes[0], axes[1])
                     if self.windowed(label, module, found, i):
                         break
+                before = set(stream._windows)
                 if found is not None and self._window_around(label):
                     # a module around it streams on a window as a whole (a rotary or
                     # sinusoidal position table inside a local attention): it runs there
+                    self._window_siblings(before)
                     break
                 if isinstance(found, _Finding):
                     allowed = (
@@ -911,6 +913,12 @@ class _Probe:
         before = set(self.stream._windows)
         if not self._window_around(self.rec.names[key], itself=True):
             return False
+        self._window_siblings(before)
+        return True
+
+    def _window_siblings(self, before: set[str]) -> None:
+        """Measure the modules of the classes of the windows added since ``before`` (the
+        names windowed then), each on its own input; stream those that measure as windows."""
         added = [n for n in self.stream._windows if n not in before]
         kinds = {type(_get(self.model, n) if n != "<model>" else self.model) for n in added}
         refusals = dict(self.window_refusals)
@@ -925,7 +933,6 @@ class _Probe:
         # (a sibling that measured otherwise is found, and named, by the probe itself)
         self.window_refusals.clear()
         self.window_refusals.update(refusals)
-        return True
 
     def _try_window_at(self, key: int) -> bool:
         module = self.rec.modules[key]
