@@ -439,3 +439,30 @@ def test_cached_transposed_conv_is_refused_with_the_module() -> None:
     new, _ = convert_causal(net, torch.zeros(1, 2, 16, dtype=torch.float64))
     with pytest.raises(PaddingError, match="CachedConvTranspose1d 't' overrides forward"):
         StreamingModule(new).init_state(example=torch.zeros(1, 2, 1, dtype=torch.float64))
+
+
+@pytest.mark.parametrize("length", [240, 241, 246])
+def test_encodec_causal_strided_convs_convert_from_an_example_of_whole_hops(length: int) -> None:
+    """Two causal strided SConv1d (strides 2 and 3: hop 6) whose extra pad completes the
+    last stride window: an example of whole hops (240, 246) gives probes where that pad is 0
+    and reads as no right pad; the copy differs at other lengths, and the conversion is
+    made again from probes one step longer. Equal to the original at every length of a
+    hop's residues, and it streams."""
+    conv = load("encodec", "encodec.modules.conv")
+    torch.manual_seed(0)
+    model = nn.Sequential(
+        conv.SConv1d(1, 4, 4, 2, causal=True, pad_mode="constant"),
+        nn.ELU(),
+        conv.SConv1d(4, 4, 6, 3, causal=True, pad_mode="constant"),
+    ).eval()
+    new, report = convert_causal(model, torch.randn(2, 1, length))
+    with torch.no_grad():
+        for n in range(length, length + 7):
+            x = torch.randn(2, 1, n)
+            torch.testing.assert_close(new(x), model(x), rtol=1e-5, atol=1e-6)
+    if length % 6 == 0:
+        assert any("one step longer" in n for n in report.notes), report
+    sm = StreamingModule(new)
+    x = torch.randn(2, 1, 60)
+    with torch.no_grad():
+        assert sm.verify(x, [1] * 60) <= 1e-5

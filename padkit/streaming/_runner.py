@@ -1462,7 +1462,10 @@ class StreamingModule(nn.Module):
             raise TypeError(f"flush(): state must be a state dict, got {type(state).__name__}")
         held = state.get(_INPUT_KEY, state.get(_STARTUP_KEY, state.get(_HELD_KEY)))
         if example is None and held is None:
-            raise PaddingError("flush(): pass example= (a chunk) when no step has run")
+            raise PaddingError(
+                "flush(): pass example= (a chunk): the state holds no input samples to take "
+                "the output's shape from (nothing is held back in it)"
+            )
         probe = held if held is not None else example
         assert probe is not None
         dim = self.axis if self.axis >= 0 else probe.dim() + self.axis

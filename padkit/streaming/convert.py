@@ -462,6 +462,44 @@ def convert_causal(
         >>> new[0].resolved_padding(), type(new[1]).__name__
         (((2, 0),), 'Identity')
     """
+    try:
+        return _convert_causal(model, example, axis, input_axis, rtol, atol)
+    except _OtherLengths as err:
+        # the probes' lengths left two rules apart that differ elsewhere (an example whose
+        # length is a multiple of the hop, where a pad completing the last stride window is
+        # 0 and reads as a fixed pad): the probes of an example one step longer tell them
+        # apart; the copy is checked the same way
+        dim_t = err.dim
+        longer = torch.cat([example, example.narrow(dim_t, example.shape[dim_t] - 1, 1)], dim_t)
+        try:
+            net, report = _convert_causal(model, longer, axis, input_axis, rtol, atol)
+        except SurgeryError:
+            raise SurgeryError(str(err)) from None
+        _check_other_lengths(model, net, example, dim_t, rtol, atol, "convert_causal", report)
+        report.notes.append(
+            f"the probes at the example's length {example.shape[dim_t]} could not tell a "
+            f"pad's rule apart ({err.lengths}); converted from probes one step longer"
+        )
+        return net, report
+
+
+class _OtherLengths(SurgeryError):
+    """The copy differs at lengths the probes did not use (``lengths``; ``dim``: the
+    example's time axis)."""
+
+    def __init__(self, message: str, dim: int, lengths: str) -> None:
+        super().__init__(message)
+        self.dim, self.lengths = dim, lengths
+
+
+def _convert_causal(
+    model: nn.Module,
+    example: Tensor,
+    axis: int,
+    input_axis: int | None,
+    rtol: float,
+    atol: float,
+) -> tuple[nn.Module, SurgeryReport]:
     fname = "convert_causal"
     if not isinstance(model, nn.Module):
         raise TypeError(f"{fname}(): model must be a torch.nn.Module, got {type(model).__name__}")
@@ -673,11 +711,13 @@ def _check_other_lengths(
         if why:
             bad.append(f"{shape[dim]} ({why})")
     if bad:
-        raise SurgeryError(
+        raise _OtherLengths(
             f"{fname}(): the converted model reproduces the original on the probes but not "
             f"at other lengths: {', '.join(bad)}; a pad amount that follows the input length "
             f"was moved into a layer with a rule the probes could not tell apart. Changes "
-            f"made: {[c.path for c in report.changes]}"
+            f"made: {[c.path for c in report.changes]}",
+            dim,
+            ", ".join(bad),
         )
 
 
