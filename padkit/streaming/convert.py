@@ -473,9 +473,12 @@ def convert_causal(
         longer = torch.cat([example, example.narrow(dim_t, example.shape[dim_t] - 1, 1)], dim_t)
         try:
             net, report = _convert_causal(model, longer, axis, input_axis, rtol, atol)
+            # (and at the first example's lengths: both probe sets' rules must hold)
+            _check_other_lengths(
+                model, net, example, dim_t, rtol, atol, "convert_causal", report, (0, 1, 2, 3, 5)
+            )
         except SurgeryError:
             raise SurgeryError(str(err)) from None
-        _check_other_lengths(model, net, example, dim_t, rtol, atol, "convert_causal", report)
         report.notes.append(
             f"the probes at the example's length {example.shape[dim_t]} could not tell a "
             f"pad's rule apart ({err.lengths}); converted from probes one step longer"
@@ -688,14 +691,15 @@ def _check_other_lengths(
     atol: float,
     fname: str,
     report: SurgeryReport,
+    extras: tuple[int, ...] = (1, 2, 3),
 ) -> None:
     """The copy against the original at lengths the probes did not use (the example's plus
-    1, 2 and 3 time steps, which the model may refuse: those are skipped): a pad whose amount
+    ``extras`` time steps, which the model may refuse: those are skipped): a pad whose amount
     follows the length by a rule the two probes could not tell apart from another would
     differ there. Raises naming the lengths where it differs."""
     gen = torch.Generator().manual_seed(5)
     bad: list[str] = []
-    for extra in (1, 2, 3):
+    for extra in extras:
         shape = list(example.shape)
         shape[dim] += extra
         x = torch.randn(shape, generator=gen, dtype=torch.float64)
