@@ -8,7 +8,7 @@ must reproduce it), and the converted model's full-sequence output for the strea
 from __future__ import annotations
 
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import pytest
 import torch
@@ -538,3 +538,34 @@ def test_output_padding_on_another_axis_than_time_converts() -> None:
     _, report = convert_causal(other, x)
     assert report.changes == [] or all(c.path != "conv" for c in report.changes)
     assert any("output_padding" in s.reason for s in report.skipped), report
+
+
+class _PadsItself(nn.Conv1d):
+    """A causal conv subclass that pads its own input in forward."""
+
+    def forward(self, input: Tensor) -> Tensor:
+        return super().forward(F.pad(input, (2 * self.dilation[0], 0)))
+
+
+class _OnlyCalls(nn.Module):
+    """A parent whose forward only calls its one child, a conv that pads itself."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.c = _PadsItself(2, 4, 3, dilation=2)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.c(x)
+
+
+@pytest.mark.parametrize("make", [_OnlyCalls, lambda: nn.Sequential(_PadsItself(2, 4, 3))])
+def test_a_self_padding_conv_under_a_parent_converts(make: Callable[[], nn.Module]) -> None:
+    torch.manual_seed(0)
+    model = make().double().eval()
+    x = torch.randn(2, 2, 30, dtype=torch.float64)
+    new, report = convert_causal(model, x)
+    torch.testing.assert_close(new(x), model(x), rtol=0, atol=1e-12)
+    assert [c.path for c in report.changes] in (["c"], ["0"]), report
+    assert StreamingModule(new).verify(x, [1] * 30) <= 1e-12
+    with pytest.raises(SurgeryError, match=r"convert nn.Sequential\(model\)"):
+        convert_causal(_PadsItself(2, 4, 3).double().eval(), x)

@@ -153,6 +153,9 @@ def find_wrapper(
     c: Any = conv
     if hasattr(c, "pad_spec"):
         return None  # already a padkit layer
+    if not any(type(c).forward is base.forward for base in _CONVS + _CONVTS):
+        return None  # a conv subclass with a forward of its own: the pads it writes are its
+        # own (the self-padding pass solves them), not this module's
     if len(calls_w) < 2 or len(calls_w) != len(calls_c):
         return None
     transposed = isinstance(conv, _CONVTS)

@@ -529,7 +529,11 @@ def _convert_causal(
         paths[id(new)] = list(where)
         for p in where:
             if p == "":
-                raise SurgeryError(f"{fname}(): cannot replace the root module itself")
+                raise SurgeryError(
+                    f"{fname}(): the model itself ({type(old).__name__}) is the layer to "
+                    "replace, and a copy cannot replace the object passed in: convert "
+                    "nn.Sequential(model) and stream that"
+                )
             net.set_submodule(p, new, strict=True)
 
     # old-style weight norm first: the probes then see the parametrized weights
