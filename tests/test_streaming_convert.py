@@ -569,3 +569,32 @@ def test_a_self_padding_conv_under_a_parent_converts(make: Callable[[], nn.Modul
     assert StreamingModule(new).verify(x, [1] * 30) <= 1e-12
     with pytest.raises(SurgeryError, match=r"convert nn.Sequential\(model\)"):
         convert_causal(_PadsItself(2, 4, 3).double().eval(), x)
+
+
+def test_old_style_spectral_norm_behind_a_pad_converts_and_streams() -> None:
+    """torch.nn.utils.spectral_norm (a pre-hook over weight_orig, weight_u, weight_v) on convs
+    fed by a pad module and by F.pad in a wrapper: the hook becomes the parametrization with
+    the same original weight and vectors, the pads move into the convs, and the copy equals
+    the original and streams."""
+    from torch.nn.utils import spectral_norm
+
+    class Wrapped(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.conv = spectral_norm(nn.Conv1d(4, 4, 3, dilation=2))
+
+        def forward(self, x: Tensor) -> Tensor:
+            return self.conv(F.pad(x, (4, 0)))
+
+    torch.manual_seed(0)
+    model = nn.Sequential(
+        nn.ConstantPad1d((2, 0), 0.0), spectral_norm(nn.Conv1d(2, 4, 3)), nn.ELU(), Wrapped()
+    ).double()
+    for _ in range(3):  # (power iterations in train mode: u and v other than at creation)
+        model(torch.randn(2, 2, 16, dtype=torch.float64))
+    model.eval()
+    x = torch.randn(2, 2, 30, dtype=torch.float64)
+    new, report = convert_causal(model, x)
+    assert sum("spectral_norm" in c.what for c in report.changes) == 2, report
+    torch.testing.assert_close(new(x), model(x), rtol=1e-10, atol=1e-12)
+    assert StreamingModule(new).verify(x, [1] * 30) <= 1e-12

@@ -194,6 +194,47 @@ def _modernise_weight_norm(m: nn.Module) -> bool:
     return bool(hooks)
 
 
+def _modernise_spectral_norm(m: nn.Module) -> bool:
+    """Old-style spectral norm (a pre-hook computing ``weight`` from ``weight_orig`` and the
+    stored ``weight_u`` / ``weight_v``) -> the parametrization, with the same original
+    weight and vectors: in eval mode both divide by ``u . (W v)`` with no iteration."""
+    from torch.nn.utils.spectral_norm import SpectralNorm
+
+    done = False
+    for key, hook in list(m._forward_pre_hooks.items()):
+        if not isinstance(hook, SpectralNorm):
+            continue
+        name = hook.name
+        w = m._parameters[name + "_orig"]
+        u, v = m._buffers[name + "_u"], m._buffers[name + "_v"]
+        if w is None or u is None or v is None:
+            continue
+        del m._forward_pre_hooks[key]
+        for hooks in (m._state_dict_hooks, m._load_state_dict_pre_hooks):
+            for k, h in list(hooks.items()):
+                if (
+                    getattr(h, "fn", None) is hook
+                    or getattr(getattr(h, "hook", None), "fn", None) is hook
+                ):
+                    del hooks[k]
+        del m._parameters[name + "_orig"]
+        del m._buffers[name + "_u"]
+        del m._buffers[name + "_v"]
+        if name in m.__dict__:
+            delattr(m, name)
+        m.register_parameter(name, nn.Parameter(w.detach().clone()))
+        torch.nn.utils.parametrizations.spectral_norm(
+            m, name, n_power_iterations=hook.n_power_iterations, eps=hook.eps, dim=hook.dim
+        )
+        plist: Any = m.parametrizations[name]  # type: ignore[index]
+        plist.original = w
+        with torch.no_grad():
+            plist[0]._u.copy_(u)
+            plist[0]._v.copy_(v)
+        done = True
+    return done
+
+
 def _transfer(old: nn.Module, new: nn.Module) -> None:
     """Move weights, buffers and parametrizations from ``old`` to the freshly built ``new``."""
     if parametrize.is_parametrized(old):
@@ -536,8 +577,18 @@ def _convert_causal(
                 )
             net.set_submodule(p, new, strict=True)
 
-    # old-style weight norm first: the probes then see the parametrized weights
+    # old-style weight and spectral norm first: the probes then see the parametrized weights
     for m in list(net.modules()):
+        if isinstance(m, _TORCH_CONVS + _TORCH_CONVTS) and _modernise_spectral_norm(m):
+            report.changes.append(
+                Change(
+                    name(m),
+                    _brief(m) + " with a spectral_norm hook",
+                    _brief(m) + " with the spectral_norm parametrization",
+                    ("spectral_norm",),
+                    detail="same original weight and u, v",
+                )
+            )
         if isinstance(m, _TORCH_CONVS + _TORCH_CONVTS) and _modernise_weight_norm(m):
             report.changes.append(
                 Change(
