@@ -598,3 +598,25 @@ def test_old_style_spectral_norm_behind_a_pad_converts_and_streams() -> None:
     assert sum("spectral_norm" in c.what for c in report.changes) == 2, report
     torch.testing.assert_close(new(x), model(x), rtol=1e-10, atol=1e-12)
     assert StreamingModule(new).verify(x, [1] * 30) <= 1e-12
+
+
+class _CausalConv2D(nn.Conv2d):
+    """NeMo's ``CausalConv2D`` as written: a conv subclass on ``(N, C, T, F)`` that pads
+    time on the left and frequency on both sides in its own forward."""
+
+    def __init__(self, c_in: int, c_out: int) -> None:
+        super().__init__(c_in, c_out, 3, stride=(1, 2))
+
+    def forward(self, x: Tensor) -> Tensor:
+        return super().forward(F.pad(x, (1, 1, 2, 0)))
+
+
+def test_a_conv_subclass_padding_time_and_frequency_converts() -> None:
+    torch.manual_seed(0)
+    model = nn.Sequential(_CausalConv2D(2, 4), nn.ReLU(), _CausalConv2D(4, 4)).double().eval()
+    x = torch.randn(2, 2, 25, 16, dtype=torch.float64)
+    new, report = convert_causal(model, x, axis=2)
+    assert [c.path for c in report.changes] == ["0", "2"], report
+    assert new[0].resolved_padding() == ((2, 0), (1, 1))
+    torch.testing.assert_close(new(x), model(x), rtol=0, atol=1e-12)
+    assert StreamingModule(new, axis=2).verify(x, [1] * 25) <= 1e-12

@@ -41,6 +41,7 @@ converted model must give the original's outputs on both probes (else
 from __future__ import annotations
 
 import copy
+import itertools
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -375,37 +376,65 @@ def _other_lengths(m: Any, x0: Tensor, td: int, count: int) -> Iterator[tuple[Te
 
 def _solve_self_padding(
     m: Any, nd: int, ti: int, probes: list[tuple[Tensor, Tensor]], tol: float
-) -> tuple[int, int] | None:
-    """The time pads ``(lo, hi)`` with which ``base_conv(pad(x)) == m(x)`` on every probe.
-    Where the probes leave several (a right pad shorter than the stride adds no window at
-    their lengths), ``m`` runs at the next ``stride`` lengths, which leave one: the pad it
-    applies, or the constant one that gives as many outputs at every length."""
+) -> tuple[tuple[int, int], ...] | None:
+    """The pads, one ``(lo, hi)`` per spatial axis, with which ``base_conv(pad(x)) == m(x)``
+    on every probe (a subclass may pad the other axes too: NeMo's ``CausalConv2D`` pads time
+    and frequency). Where the probes leave several (a right time pad shorter than the stride
+    adds no window at their lengths), ``m`` runs at the next ``stride`` lengths, which leave
+    one: the pad it applies, or the constant one that gives as many outputs at every
+    length."""
     base = _BASE_FORWARD[nd]
-    td = 2 + ti
-    k_eff = m.dilation[ti] * (m.kernel_size[ti] - 1) + 1
-    s = m.stride[ti]
-    p_lo, p_hi = _native_pairs(m, nd)[ti]
+    natives = _native_pairs(m, nd)
 
-    def fits(x: Any, y: Any) -> set[tuple[int, int]] | None:
+    def axis_pairs(a: int, n: int, want: int) -> list[tuple[int, int]]:
+        k_eff = m.dilation[a] * (m.kernel_size[a] - 1) + 1
+        s = m.stride[a]
+        p_lo, p_hi = natives[a]
+        first = max((want - 1) * s + k_eff - n - p_lo - p_hi, 0)
+        return [(lo, total - lo) for total in range(first, first + s) for lo in range(total + 1)]
+
+    def fits(x: Any, y: Any) -> set[tuple[tuple[int, int], ...]] | None:
         if not isinstance(y, Tensor) or not isinstance(x, Tensor) or y.dim() != x.dim():
             return None
-        found: set[tuple[int, int]] = set()
-        n, want = int(x.shape[td]), int(y.shape[td])
-        first = (want - 1) * s + k_eff - n - p_lo - p_hi
-        for total in range(max(first, 0), max(first, 0) + s):
-            for lo in range(total + 1):
-                pads = [0, 0] * nd
-                j = 2 * (nd - 1 - ti)
-                pads[j], pads[j + 1] = lo, total - lo
-                try:
-                    ref = base(m, F.pad(x, pads))
-                except RuntimeError:
-                    continue
-                if ref.shape == y.shape and bool(torch.allclose(ref, y, rtol=tol, atol=tol)):
-                    found.add((lo, total - lo))
+        per_axis = [axis_pairs(a, int(x.shape[2 + a]), int(y.shape[2 + a])) for a in range(nd)]
+        found: set[tuple[tuple[int, int], ...]] = set()
+        combos = 1
+        for options in per_axis:
+            combos *= len(options)
+        if combos > 4096:
+            return None
+        for combo in itertools.product(*per_axis):
+            pads: list[int] = []
+            for lo, hi in reversed(combo):  # F.pad lists the last axis first
+                pads += [lo, hi]
+            try:
+                ref = base(m, F.pad(x, pads))
+            except RuntimeError:
+                continue
+            if ref.shape == y.shape and bool(torch.allclose(ref, y, rtol=tol, atol=tol)):
+                found.add(tuple(combo))
         return found
 
-    return _one_fit(m, probes, td, s, fits)
+    cands: set[tuple[tuple[int, int], ...]] | None = None
+    for x, y in probes:
+        found = fits(x, y)
+        if found is None:
+            return None
+        cands = found if cands is None else cands & found
+    # several left: the next lengths of each axis in turn (time first) tell them apart (a
+    # right pad no window reads at these sizes: a frequency axis's too)
+    for a in [ti, *(a for a in range(nd) if a != ti)]:
+        if cands is None or len(cands) <= 1:
+            break
+        for x, y in _other_lengths(m, probes[0][0], 2 + a, m.stride[a]):
+            found = fits(x, y)
+            if found is not None:
+                cands &= found
+            if len(cands) <= 1:
+                break
+    if cands is None or len(cands) != 1:
+        return None
+    return next(iter(cands))
 
 
 def _one_fit(
@@ -669,8 +698,10 @@ def _convert_causal(
             continue
         pairs = _native_pairs(m, nd)
         io = [(c.inp, c.out) for c in calls]
+        every: tuple[tuple[int, int], ...] | None = None
         if not transposed:
-            solved = _solve_self_padding(m, nd, ti, io, tol)
+            every = _solve_self_padding(m, nd, ti, io, tol)
+            solved = None if every is None else every[ti]
             what = "pads"
         else:
             solved = (
@@ -687,7 +718,10 @@ def _convert_causal(
             )
             report.skipped.append(Skip(name(m), f"its forward is not {why}"))
             continue
-        pairs[ti] = (pairs[ti][0] + solved[0], pairs[ti][1] + solved[1])
+        if every is not None:  # (a pad of the other axes merges as it is)
+            pairs = [(a + c, b + d) for (a, b), (c, d) in zip(pairs, every)]
+        else:
+            pairs[ti] = (pairs[ti][0] + solved[0], pairs[ti][1] + solved[1])
         new = (
             _build(m, nd, pairs, _CONVERTED[nd])
             if not transposed
@@ -698,7 +732,8 @@ def _convert_causal(
         report.changes.append(
             Change(
                 name(m),
-                f"{type(m).__name__} ({what} {solved} in its forward)",
+                f"{type(m).__name__} ({what} "
+                f"{every if every is not None and nd > 1 else solved} in its forward)",
                 _brief(new) if not transposed else f"{type(new).__name__} pads={tuple(pairs)}",
                 ("padding",),
                 detail=f"the {what} its forward applied, solved from its outputs",
