@@ -620,3 +620,25 @@ def test_a_conv_subclass_padding_time_and_frequency_converts() -> None:
     assert new[0].resolved_padding() == ((2, 0), (1, 1))
     torch.testing.assert_close(new(x), model(x), rtol=0, atol=1e-12)
     assert StreamingModule(new, axis=2).verify(x, [1] * 25) <= 1e-12
+
+
+class _NemoCausalConv1D(nn.Conv1d):
+    """NeMo's ``CausalConv1D`` with ``padding=None``: it pads ``(k - 1, stride - 1)`` in its
+    forward, so the full run has a last window over the right pad."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        return super().forward(F.pad(x, (self.kernel_size[0] - 1, self.stride[0] - 1)))
+
+
+def test_a_right_pad_shorter_than_the_stride_is_named_and_streams_with_lookahead() -> None:
+    torch.manual_seed(0)
+    model = nn.Sequential(_NemoCausalConv1D(2, 4, 4, stride=2), nn.ReLU()).double().eval()
+    x = torch.randn(2, 2, 32, dtype=torch.float64)
+    new, _ = convert_causal(model, x)
+    with pytest.raises(
+        PaddingError,
+        match=r"ConvertedConv1d '0' pads time by \(3, 1\) at stride 2: its right pad, shorter "
+        r"than the stride, makes a last, partial window.*lookahead='auto'",
+    ):
+        StreamingModule(new).verify(x, [1] * 32)
+    assert StreamingModule(new, lookahead="auto").verify(x, [1] * 32) <= 1e-12

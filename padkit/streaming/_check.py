@@ -1053,12 +1053,14 @@ class _Probe:
             want = int(f.shape[a])
             label = self.rec.label(key)
             if got > want or (final and got != want):
+                partial = self.partial_window() if got < want and not look else ""
                 raise PaddingError(
                     f"StreamingModule: {label} returned {got} time steps in all over "
                     f"{'a probe' if final else 'the start of a probe'} of {n} samples streamed "
                     f"in chunks {sizes}, where the full-sequence run returns {want}"
-                    f"{'' if final else f' for all {n}'}. {self.pads(key) or self.code_pad(key)}"
-                    f"{_hint(self.stream)}"
+                    f"{'' if final else f' for all {n}'}. "
+                    f"{partial or self.pads(key) or self.code_pad(key)}"
+                    f"{'' if partial else _hint(self.stream)}"
                 )
             if not f.is_floating_point() or got == 0:
                 continue
@@ -1193,6 +1195,30 @@ class _Probe:
                 return None
             total += max(plan.k_eff - 1, plan.lo)
         return total
+
+    def partial_window(self) -> str:
+        """Why a causal stream emits fewer outputs than the full run where a streamed layer
+        pads the time axis on the right by less than its stride: that pad makes a last,
+        partial window that exists only once the sequence ends ("" where none does)."""
+        from ..recognise._calls import padding_pairs
+
+        for name, plan in self.stream._plans.items():
+            if plan.kind == "convt" or plan.stride <= 1:
+                continue
+            try:
+                lo, hi = padding_pairs(self.stream._layer_by_name(name))[plan.ti]
+            except (PaddingError, IndexError, TypeError):
+                continue
+            if 0 < hi < plan.stride:
+                layer = self.stream._layer_by_name(name)
+                return (
+                    f"{type(layer).__name__} {name!r} pads time by {(lo, hi)} at stride "
+                    f"{plan.stride}: its right pad, shorter than the stride, makes a last, "
+                    "partial window that exists only once the sequence ends, which a causal "
+                    "stream does not emit. Stream with lookahead='auto' to have flush() emit "
+                    "it, or pad the right by 0."
+                )
+        return ""
 
     def pads(self, key: int) -> str:
         """Whether the module gives the first streamed layer it calls another time length
