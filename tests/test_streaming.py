@@ -1445,3 +1445,32 @@ def test_a_crop_before_a_layer_that_is_not_streamed_names_the_forward_that_crops
         r"Conv1d 'conv' before it returned \d+",
     ):
         sm.verify(torch.randn(1, 20, 3), [1] * 20)
+
+
+class _NormThenConv(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.norm = nn.BatchNorm1d(4)
+        self.conv = nn.Conv1d(4, 4, 3)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.conv(F.elu(self.norm(x)))
+
+
+class _PadsForItsChild(nn.Module):
+    """A residual block whose forward pads before a child that normalises, then convolves:
+    the zeros go through the norm, so no conv pad replaces them."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sub = _NormThenConv()
+
+    def forward(self, x: Tensor) -> Tensor:
+        return x + self.sub(F.pad(x, (2, 0)))
+
+
+def test_a_pad_in_a_block_is_named_in_that_block_not_its_parent() -> None:
+    model = nn.Sequential(nn.Conv1d(1, 4, 1), _PadsForItsChild()).eval()
+    model[1].sub.norm.running_mean.normal_()
+    with pytest.raises(PaddingError, match=r"The forward of _PadsForItsChild '1' gives"):
+        StreamingModule(model).verify(torch.randn(2, 1, 30), [1] * 30)

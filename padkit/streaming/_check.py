@@ -1296,7 +1296,21 @@ class _Probe:
                     for c in cs
                 ):
                     continue
-                whose = "Its forward" if owner == key else f"The forward of {self.rec.label(owner)}"
+                # the deepest module that starts after a returned, runs b, and is itself given
+                # a's length: its forward (not a child's) changes it
+                writer, at = owner, -1
+                for k, cs in self.full.items():
+                    for c in cs:
+                        if (
+                            a.exit < c.enter < b.enter
+                            and b.exit < c.exit
+                            and c.enter > at
+                            and _length(c.args, b_ax) == got
+                        ):
+                            writer, at = k, c.enter
+                whose = (
+                    "Its forward" if writer == key else f"The forward of {self.rec.label(writer)}"
+                )
                 a_type, b_type = kinds[a_name], kinds[b_name]
                 return (
                     f"{whose} gives {b_type} {b_name!r} {want} time steps where {a_type} "
