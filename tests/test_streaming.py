@@ -1474,3 +1474,30 @@ def test_a_pad_in_a_block_is_named_in_that_block_not_its_parent() -> None:
     model[1].sub.norm.running_mean.normal_()
     with pytest.raises(PaddingError, match=r"The forward of _PadsForItsChild '1' gives"):
         StreamingModule(model).verify(torch.randn(2, 1, 30), [1] * 30)
+
+
+class _WholeHopsOnly(nn.Module):
+    """An (N, T, C) encoder whose forward asserts whole hops (a stride-4 causal conv)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = pn.Conv1d(3, 6, 8, stride=4, padding="causal_block")
+
+    def forward(self, x: Tensor) -> Tensor:
+        assert x.shape[1] % 4 == 0, f"input length {x.shape[1]} must be a multiple of 4"
+        return self.conv(x.transpose(1, 2)).transpose(1, 2)
+
+
+def test_a_model_asserting_whole_hops_streams_whole_hops_and_says_why_at_others() -> None:
+    torch.manual_seed(0)
+    model = _WholeHopsOnly().double().eval()
+    x = torch.randn(2, 64, 3, dtype=torch.float64)
+    sm = StreamingModule(model, axis=1)
+    state = sm.init_state(example=x[:, :4])
+    outs = []
+    for chunk in x.split([4, 8, 12, 40], 1):
+        y, state = sm.step(chunk, state)
+        outs.append(y)
+    torch.testing.assert_close(torch.cat(outs, 1), model(x), rtol=0, atol=1e-12)
+    with pytest.raises(PaddingError, match=r"AssertionError.*step it with multiples of 4"):
+        sm.step(x[:, :1], sm.init_state(example=x[:, :4]))

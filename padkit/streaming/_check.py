@@ -1355,6 +1355,19 @@ def probe_stream(stream: Any, chunk: Tensor) -> bool:
             return _probe(stream, probe)
 
 
+def _whole_hops_stream(stream: Any, probe: _Probe, lead: int) -> bool:
+    """Whether the probe streams exactly in chunks of whole hops (a causal stream of a model
+    with a stride): True where it does; a difference found there raises as usual."""
+    n = probe.n - lead
+    if stream._lookahead_mode or probe.hop <= 1 or n < 2 * probe.hop or n % probe.hop:
+        return False
+    try:
+        probe.stream_run(([lead] if lead else []) + [probe.hop] * (n // probe.hop))
+    except (_StreamFailed, _Retry):
+        return False
+    return True
+
+
 def _probe(stream: Any, probe: _Probe) -> bool:
     if probe.accept(probe.lengths()) is None:
         if any(kind == "unknown" for kind in stream._measure.values()):
@@ -1397,6 +1410,16 @@ def _probe(stream: Any, probe: _Probe) -> bool:
                 f"({len(stream._windows)} in all); such a model is not streamed"
             )
     except _StreamFailed as failed:
+        if (
+            isinstance(failed.error, (AssertionError, ValueError))  # its own check, not a
+            and failed.size % probe.hop  # tensor op's (branches out of step raise those)
+            and _whole_hops_stream(stream, probe, lead)
+        ):
+            # the model's own code refuses chunks of other lengths (an assert on whole
+            # hops): checked on whole hops, it streams those; a step given another length
+            # raises the model's error, saying so
+            stream.__dict__["_whole_hops"] = probe.hop
+            return True
         keys = [k for k in probe.rec.modules if probe.rec.label(k) == failed.label]
         measured = probe.why(keys[0]) if keys else ""
         if not measured.startswith("measured"):

@@ -1891,7 +1891,17 @@ class StreamingModule(nn.Module):
             names[id(stand_in)] = names.get(id(layer), key)
         if self._root_stand_in is not None:
             names[id(self._root_stand_in)] = "<model>"
-        return model_raised(err, names, self.model, length, where)
+        raised = model_raised(err, names, self.model, length, where)
+        hop = self.__dict__.get("_whole_hops")
+        if hop and length % hop:
+            raised = ModelRaised(
+                f"{raised}; its own code refuses chunks that are not whole hops: the stream "
+                f"was checked on chunks of {hop} samples, so step it with multiples of {hop}",
+                raised.label,
+                raised.error,
+                raised.length,
+            )
+        return raised
 
     def _run_recurrent(self, plan: RecurrentPlan, layer: nn.Module, x: Any, hx: Any) -> Any:
         ctx = self._ctx
