@@ -1,12 +1,14 @@
 """Streaming codecs from their own packages: padkit beside each package's own streaming, on
 the same weights (issue 38, item 4).
 
-Cases (random weights, small configs, nothing downloaded):
+Cases (random weights, nothing downloaded):
 
 * **moshi SEANet encoder** (``moshi.modules.seanet.SEANetEncoder``, Mimi's layout: ratios
-  8, 6, 5, 4, hop 960, one residual block per stage, ``pad_mode="constant"``; widths reduced to
-  ``n_filters=16, dimension=128``). Peer: moshi's own streaming, ``with model.streaming(1):
-  model(chunk)`` (``moshi.modules.streaming.StreamingModule``).
+  8, 6, 5, 4, hop 960, one residual block per stage, ``pad_mode="constant"``, and Mimi's own
+  widths ``n_filters=64, dimension=512``; ``--filters 16 --dimension 128`` is a small config,
+  where a 1-sample step's Python call costs as much as the work of a sample). Peer: moshi's
+  own streaming, ``with model.streaming(1): model(chunk)``
+  (``moshi.modules.streaming.StreamingModule``).
 * **moshi SEANet decoder**, the same config; its input is latent frames, so its chunks are
   counted in frames (1 frame = the hop, 960 output samples).
 * **cached_conv stack**: a causal conv stack built from ``cached_conv`` layers (a 7-tap
@@ -50,7 +52,7 @@ others ``--short`` hops. ``--profile`` then profiles padkit's step (cProfile and
 ``torch.profiler``) on the moshi encoder at the hop and at 1 sample, and on the cached_conv
 stack at the hop.
 
-    python bench/streaming_codecs.py                 # 1 thread, about a minute
+    python bench/streaming_codecs.py                 # 1 thread, a few minutes
     python bench/streaming_codecs.py --profile       # and where padkit's step time goes
 """
 
@@ -652,8 +654,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--rounds", type=int, default=7)
-    parser.add_argument("--filters", type=int, default=16, help="SEANet n_filters")
-    parser.add_argument("--dimension", type=int, default=128, help="SEANet dimension")
+    parser.add_argument("--filters", type=int, default=64, help="SEANet n_filters (Mimi: 64)")
+    parser.add_argument("--dimension", type=int, default=512, help="SEANet dimension (Mimi: 512)")
     parser.add_argument("--cc-width", type=int, default=16, help="cached_conv stack width")
     parser.add_argument("--hops", type=int, default=8, help="hops streamed at hop chunks")
     parser.add_argument("--short", type=int, default=1, help="hops streamed at chunks 1, 7")
