@@ -532,3 +532,32 @@ def test_pads_computed_at_run_time_that_follow_no_rule_stay() -> None:
     assert not fold.done and "follow no SAME rule" in fold.detail
     x = RNG.standard_normal((1, 3, 19, 12)).astype(np.float32)
     np.testing.assert_allclose(_run(module, x), _ort(model, x), rtol=1e-5, atol=1e-5)
+
+
+def test_pads_computed_from_the_input_values_stay() -> None:
+    # pads of 1 where the input holds a positive value, else 0: probes on zeros see 0 pads at
+    # every size, which says nothing of a real input
+    nodes = [
+        helper.make_node("ReduceMax", ["x"], ["mx"], keepdims=0),
+        helper.make_node("Greater", ["mx", "zf"], ["pos"]),
+        helper.make_node("Cast", ["pos"], ["c0"], to=TensorProto.INT64),
+        helper.make_node("Reshape", ["c0", "one"], ["c"]),
+        helper.make_node("Concat", ["z2", "c", "c", "z2", "c", "c"], ["pads"], axis=0),
+        helper.make_node("Pad", ["x", "pads"], ["p"], name="pad", mode="constant"),
+        helper.make_node("Conv", ["p", "w"], ["y"], name="conv"),
+    ]
+    inits = [
+        _init("zf", np.zeros(())),
+        numpy_helper.from_array(np.array([1], np.int64), "one"),
+        numpy_helper.from_array(np.array([0, 0], np.int64), "z2"),
+        _init("w", RNG.standard_normal((4, 3, 3, 3))),
+    ]
+    model = _model(nodes, inits, ["N", 3, "H", "W"])
+    module = load(model)
+    assert _pads_left(module) == 1
+    (fold,) = module.onnx_folds
+    assert not fold.done and "from the input's values" in fold.detail
+    x = np.abs(RNG.standard_normal((1, 3, 9, 8))).astype(np.float32)
+    want = _ort(model, x)
+    assert want.shape == (1, 4, 9, 8)  # padded by 1: a real input's pads
+    np.testing.assert_allclose(_run(module, x), want, rtol=1e-5, atol=1e-5 * np.abs(want).max())

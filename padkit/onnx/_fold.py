@@ -323,6 +323,24 @@ def _tuple(layer: nn.Module, attr: str, nd: int) -> tuple[int, ...]:
     return tuple(int(a) for a in v) if isinstance(v, (tuple, list)) else (int(v),) * nd
 
 
+def _reads_values(node: fx.Node) -> bool:
+    """Whether the values ``node`` computes depend on a graph input's values, not only on
+    sizes (``Shape`` and ``Size`` read sizes; constants and parameters read nothing)."""
+    seen: set[fx.Node] = set()
+    todo = [node]
+    while todo:
+        n = todo.pop()
+        if n in seen:
+            continue
+        seen.add(n)
+        if n.op == "placeholder":
+            return True
+        if n.op == "call_function" and n.target in (R.shape_of, R.size_of):
+            continue  # a size: the values behind it do not count
+        todo.extend(a for a in n.all_input_nodes)
+    return False
+
+
 def fold_runtime_pads(gm: fx.GraphModule) -> list[Fold]:
     """Fold each ``Pad`` whose pads the graph computes from its input's size at run time
     (TF-style SAME written out: timm's ``Conv2dSame`` exported with dynamic sizes) into the
@@ -347,6 +365,18 @@ def fold_runtime_pads(gm: fx.GraphModule) -> list[Fold]:
         (reader,) = node.users
         layer = _module(gm, reader)
         if calls[str(reader.target)] > 1 or len(seen[node]) != len(_PROBE_SIZES):
+            continue
+        if any(_reads_values(a) for a in node.all_input_nodes if a is not node.args[0]):
+            # probed on zeros only: pads that follow the input's values could be anything
+            folds.append(
+                Fold(
+                    "Pad",
+                    _name(node),
+                    _name(reader),
+                    False,
+                    "computed at run time from the input's values, not only its size",
+                )
+            )
             continue
         padding, detail = _runtime_plan(layer, seen[node])  # type: ignore[arg-type]
         if padding is None:
