@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 import torch
@@ -25,7 +26,7 @@ import torch.nn.functional as F
 from torch import fx, nn
 
 from .. import nn as pnn
-from ..spec import Padding
+from ..spec import Padding, _tuple_of
 from . import _runtime as R, _unsigned as U
 
 __all__ = ["FOLD_MODES", "Fold", "fold_affine", "fold_graph", "fold_pads", "fold_silu"]
@@ -82,6 +83,18 @@ def _pairs(spec: Padding, nd: int) -> Pairs | None:
     return tuple((int(a[0]), int(a[1])) for a in spec.axes)
 
 
+def _by_axis(
+    flat: Sequence[int], axes: Sequence[int] | None, rank: int
+) -> dict[int, tuple[int, int]] | None:
+    """An ONNX ``Pad``'s ``pads`` (``[x1_begin, x2_begin, ..., x1_end, ...]`` over ``axes``,
+    every axis by default) by axis of a rank-``rank`` input; None where they do not fit it."""
+    ax = list(range(rank)) if axes is None else [a + rank if a < 0 else a for a in axes]
+    if len(flat) != 2 * len(ax) or any(not 0 <= a < rank for a in ax):
+        return None
+    half = len(ax)
+    return {a: (int(flat[i]), int(flat[i + half])) for i, a in enumerate(ax)}
+
+
 def _pad_pairs(pad: R.OnnxPad, nd: int) -> tuple[Pairs | None, str]:
     """The spatial pairs of a static constant ``Pad`` before an ``nd``-d layer, or the reason
     it cannot be folded."""
@@ -90,13 +103,11 @@ def _pad_pairs(pad: R.OnnxPad, nd: int) -> tuple[Pairs | None, str]:
     if pad.pads is None or pad.value is None:
         return None, "its pads or value are computed at run time"
     rank = nd + 2
-    axes = list(range(rank)) if pad.axes is None else [a + rank if a < 0 else a for a in pad.axes]
-    if len(pad.pads) != 2 * len(axes) or any(not 0 <= a < rank for a in axes):
+    by_axis = _by_axis(pad.pads, pad.axes, rank)
+    if by_axis is None:
         return None, f"pads {list(pad.pads)} over axes {pad.axes} do not fit a rank-{rank} input"
     if any(p < 0 for p in pad.pads):
         return None, f"pads {list(pad.pads)} crop (negative pads)"
-    half = len(axes)
-    by_axis = {a: (int(pad.pads[i]), int(pad.pads[i + half])) for i, a in enumerate(axes)}
     if any(by_axis.get(a, (0, 0)) != (0, 0) for a in (0, 1)):
         return None, f"pads {list(pad.pads)} pad the batch or channel axis"
     return tuple(by_axis.get(2 + i, (0, 0)) for i in range(nd)), ""
@@ -174,13 +185,9 @@ def _permuted(pad: R.OnnxPad, perm: list[int]) -> R.OnnxPad | None:
     rank = len(perm)
     if pad.mode != "constant" or pad.pads is None or pad.value is None:
         return None
-    axes = list(range(rank)) if pad.axes is None else [a + rank if a < 0 else a for a in pad.axes]
-    if len(pad.pads) != 2 * len(axes) or sorted(perm) != list(range(rank)):
+    by_axis = _by_axis(pad.pads, pad.axes, rank)
+    if by_axis is None or sorted(perm) != list(range(rank)):
         return None
-    if any(not 0 <= a < rank for a in axes):
-        return None
-    half = len(axes)
-    by_axis = {a: (int(pad.pads[i]), int(pad.pads[i + half])) for i, a in enumerate(axes)}
     pairs = [by_axis.get(perm[i], (0, 0)) for i in range(rank)]
     return R.OnnxPad("constant", [p[0] for p in pairs] + [p[1] for p in pairs], None, pad.value)
 
@@ -216,12 +223,6 @@ def _sink_pads(gm: fx.GraphModule) -> None:
 #: input sizes a graph is probed at for pads computed at run time (8 consecutive sizes:
 #: every residue of strides 2, 4 and 8)
 _PROBE_SIZES = tuple(range(64, 72))
-
-
-def _same_pair(rule: str, n: int, k_eff: int, s: int) -> tuple[int, int]:
-    total = max((-(-n // s) - 1) * s + k_eff - n, 0)
-    lo = total // 2 if rule == "same" else total - total // 2
-    return lo, total - lo
 
 
 def _runtime_pads(gm: fx.GraphModule, nodes: list[fx.Node]) -> dict[fx.Node, list[Any]] | None:
@@ -279,31 +280,29 @@ def _runtime_plan(layer: nn.Module, probes: list[Any]) -> tuple[Padding | None, 
         return None, f"values {sorted(values)} (a conv pads with zeros)"
     if isinstance(layer, _MAX) and (len(values) != 1 or layer.return_indices):
         return None, "the pool's pads take one value"
-    k, s, d = (_tuple(layer, a, nd) for a in ("kernel_size", "stride", "dilation"))
+    k, s, d = (_tuple_of(getattr(layer, a), nd, a) for a in ("kernel_size", "stride", "dilation"))
     per_axis: list[list[tuple[int, tuple[int, int]]]] = [[] for _ in range(nd)]
     for shape, flat, _, axes in probes:
         if flat is None or len(shape) != nd + 2:
             return None, "its pads are not read at run time"
-        rank = nd + 2
-        ax = list(range(rank)) if axes is None else [a + rank if a < 0 else a for a in axes]
-        if len(flat) != 2 * len(ax) or any(p < 0 for p in flat):
+        by_axis = _by_axis(flat, axes, nd + 2)
+        if by_axis is None or any(p < 0 for p in flat):
             return None, f"pads {flat} crop or do not fit the input"
-        half = len(ax)
-        by_axis = {a: (flat[i], flat[i + half]) for i, a in enumerate(ax)}
         if any(by_axis.get(a, (0, 0)) != (0, 0) for a in (0, 1)):
             return None, "it pads the batch or channel axis"
         for i in range(nd):
             per_axis[i].append((int(shape[2 + i]), by_axis.get(2 + i, (0, 0))))
     rules: list[Any] = []
     for i in range(nd):
-        k_eff = d[i] * (k[i] - 1) + 1
         pairs = per_axis[i]
         rule: Any = next(
             (
                 r
                 for r in ("same", "same_lower")
                 if len({n for n, _ in pairs}) > s[i]
-                and all(_same_pair(r, n, k_eff, s[i]) == p for n, p in pairs)
+                and all(
+                    Padding((r,)).resolve(k[i], s[i], d[i], n, ndim=1)[0] == p for n, p in pairs
+                )
             ),
             None,
         )
@@ -316,11 +315,6 @@ def _runtime_plan(layer: nn.Module, probes: list[Any]) -> tuple[Padding | None, 
             )
         rules.append(rule)
     return Padding(tuple(rules)), f"{len(probes)} input sizes"
-
-
-def _tuple(layer: nn.Module, attr: str, nd: int) -> tuple[int, ...]:
-    v = getattr(layer, attr)
-    return tuple(int(a) for a in v) if isinstance(v, (tuple, list)) else (int(v),) * nd
 
 
 def _reads_values(node: fx.Node) -> bool:
