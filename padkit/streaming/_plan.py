@@ -90,7 +90,8 @@ class _Plan:
     # its parameters, run by the stand-in before each call (as the layer's own call does)
     pre_hooks: bool = False
     # lookahead mode: the layer runs on spans of uncommitted samples (any pads, any stride;
-    # transposed convs keep their crops (lo, hi) and ``op``, the time output padding)
+    # transposed convs keep their crops (lo, hi)); ``op``: a transposed conv's time output
+    # padding
     look: bool = False
     op: int = 0
     # derived in __post_init__ (read on every step, so stored rather than computed)
@@ -173,6 +174,14 @@ class _Plan:
             return max(0, self.lo)
         reach = max(0, self.k_eff - 1 - self.lo)
         return max(reach, self.lo) if self.reflect and self.look else reach
+
+    @property
+    def crops(self) -> tuple[int, int]:
+        """A transposed conv's time crops ``(start, end)``: its plan keeps, in causal mode,
+        the outputs held back at the end instead of the end crop (``hi``)."""
+        if self.look:
+            return self.lo, self.hi
+        return self.lo, self.hi + self.k_eff - self.stride + self.op
 
     @property
     def partial(self) -> bool:
@@ -403,4 +412,4 @@ def _plan_transposed(
             "k_eff - stride at the end (padding='causal') to stream it causally, or stream "
             "with a delay: StreamingModule(model, lookahead='auto')"
         )
-    return _Plan(name, "convt", nd, ti, k, s, d, lo, False, is_padkit, held)
+    return _Plan(name, "convt", nd, ti, k, s, d, lo, False, is_padkit, held, op=op[ti])

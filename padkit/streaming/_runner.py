@@ -1795,14 +1795,7 @@ class StreamingModule(nn.Module):
         ]
         for name, p in self._plans.items():
             kind = {"convt": "transposed conv", "conv": "conv"}.get(p.kind, f"{p.kind} pool")
-            pads = f"({p.lo}, {p.hi})"
-            if p.kind == "convt":
-                end = p.hi
-                if not p.look:  # the causal plan keeps the outputs held back, not the crop
-                    layer = self._layer_by_name(name)
-                    ops = tuple(getattr(layer, "output_padding", ())) or (0,) * p.nd
-                    end = p.hi + p.k_eff - p.stride + int(ops[p.ti])
-                pads = f"crops ({p.lo}, {end})"
+            pads = f"crops {p.crops}" if p.kind == "convt" else f"({p.lo}, {p.hi})"
             clock = ahead = adds = "-"
             if self._lookahead_mode:
                 unit = "output" if p.kind == "convt" else "input"
