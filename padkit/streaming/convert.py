@@ -415,40 +415,28 @@ def _solve_self_padding(
                 found.add(tuple(combo))
         return found
 
-    cands: set[tuple[tuple[int, int], ...]] | None = None
-    for x, y in probes:
-        found = fits(x, y)
-        if found is None:
-            return None
-        cands = found if cands is None else cands & found
     # several left: the next lengths of each axis in turn (time first) tell them apart (a
     # right pad no window reads at these sizes: a frequency axis's too)
-    for a in [ti, *(a for a in range(nd) if a != ti)]:
-        if cands is None or len(cands) <= 1:
-            break
-        for x, y in _other_lengths(m, probes[0][0], 2 + a, m.stride[a]):
-            found = fits(x, y)
-            if found is not None:
-                cands &= found
-            if len(cands) <= 1:
-                break
-    if cands is None or len(cands) != 1:
-        return None
-    return next(iter(cands))
+    tries = [(2 + a, int(m.stride[a])) for a in [ti, *(a for a in range(nd) if a != ti)]]
+    every: tuple[tuple[int, int], ...] | None = _one_fit(m, probes, tries, fits)
+    return every
 
 
 def _one_fit(
-    m: Any, probes: list[tuple[Tensor, Tensor]], td: int, more: int, fits: Any
-) -> tuple[int, int] | None:
-    """The one ``(lo, hi)`` that ``fits`` every probe, asking ``m`` at ``more`` other lengths
-    while several do; None where none or several remain."""
-    candidates: set[tuple[int, int]] | None = None
+    m: Any, probes: list[tuple[Tensor, Tensor]], tries: list[tuple[int, int]], fits: Any
+) -> Any:
+    """The one answer (a ``(lo, hi)``, or one per axis) that ``fits`` every probe; while
+    several do, ``m`` runs at the next ``more`` lengths of each axis ``td`` of ``tries`` in
+    turn. None where none or several remain."""
+    candidates: set[Any] | None = None
     for x, y in probes:
         found = fits(x, y)
         if found is None:
             return None
         candidates = found if candidates is None else candidates & found
-    if candidates is not None and len(candidates) > 1:
+    for td, more in tries:
+        if candidates is None or len(candidates) <= 1:
+            break
         for x, y in _other_lengths(m, probes[0][0], td, more):
             found = fits(x, y)
             if found is not None:
@@ -483,7 +471,8 @@ def _solve_self_crop(
                 found.add((lo, n - want - lo))
         return found
 
-    return _one_fit(m, probes, td, 1, fits)
+    crops: tuple[int, int] | None = _one_fit(m, probes, [(td, 1)], fits)
+    return crops
 
 
 # ----------------------------------------------------------------------------- convert
