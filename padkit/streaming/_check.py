@@ -44,6 +44,7 @@ import torch
 from torch import Tensor, nn
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
+from ..recognise import padding_pairs
 from ..spec import PaddingError
 from ._cumulative import cumulative_differs
 from ._window import LONG_WINDOW_PROBE, blocks_differ, chunk_sizes, window_differs
@@ -1200,8 +1201,6 @@ class _Probe:
         """Why a causal stream emits fewer outputs than the full run where a streamed layer
         pads the time axis on the right by less than its stride: that pad makes a last,
         partial window that exists only once the sequence ends ("" where none does)."""
-        from ..recognise._calls import padding_pairs
-
         for name, plan in self.stream._plans.items():
             if plan.kind == "convt" or plan.stride <= 1:
                 continue
